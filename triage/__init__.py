@@ -1,0 +1,16 @@
+"""oom-triage: classify vLLM GPU out-of-memory incidents, recover safely, write the postmortem.
+
+    from triage import classify
+    verdict = classify(["incident/"])          # a Verdict (triage.model)
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "classify"]
+
+
+def classify(paths, **options):
+    """Classify the evidence at `paths` (files, bundle directories). Returns a Verdict."""
+    from .api import classify_paths
+
+    return classify_paths(list(paths), **options)[0]

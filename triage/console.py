@@ -1,0 +1,137 @@
+"""Human output with rich: the verdict, the walk, the evidence, the changes to make.
+
+The only module (besides the CLI's progress bar) that imports rich, and only when a human is
+reading: `--json` never loads it.
+"""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .model import EvidenceSet, Verdict
+from .report import iso
+
+_COLOURS = {"startup": "yellow", "burst": "red", "chronic": "magenta", "prefix_cache": "cyan",
+            "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
+
+
+def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = False,
+                   console: Console | None = None) -> None:
+    out = console or Console(highlight=False)
+    cls = verdict.oom_class.value
+    colour = _COLOURS.get(cls, "white")
+    head = Text.assemble((f" {cls.upper()} ", f"bold black on {colour}"),
+                         (f"  confidence {verdict.confidence:.2f}", "bold"))
+    out.print(Panel(Text.assemble(head, "\n", verdict.summary), title="triage verdict", border_style=colour))
+
+    refs = _Refs()
+    out.print("[bold]Flowchart[/bold]")
+    for i, step in enumerate(verdict.path, 1):
+        cites = refs.cite(step.evidence)
+        out.print(f"  {i}. {escape(step.question)} [bold]{escape(step.answer)}[/bold] — {escape(step.why)}{cites}")
+    refs.cite(verdict.evidence)
+
+    if verdict.causes:
+        out.print("\n[bold]Causes[/bold]")
+        for c in verdict.causes:
+            detail = f": {escape(c.detail)}" if c.detail else ""
+            out.print(f"  • [{colour}]{escape(c.id)}[/{colour}] {escape(c.title)}{detail}{refs.cite(c.evidence)}")
+
+    if refs.items:
+        out.print("\n[bold]Evidence[/bold]")
+        for n, e in enumerate(refs.items, 1):
+            when = (iso(e.time) or "").replace("T", " ").rstrip("Z")
+            out.print(f"  [dim][{n}][/dim] [bold]{escape(e.where)}[/bold]  {when}  [{colour}]{e.kind}[/{colour}]")
+            out.print(Text("      " + _short(e.text), style="dim"))
+
+    if verdict.recommendations:
+        table = Table(title="Recommended changes", title_justify="left", expand=True)
+        table.add_column("setting", no_wrap=True)
+        table.add_column("from → to", no_wrap=True)
+        table.add_column("basis", no_wrap=True)
+        table.add_column("why", overflow="fold")
+        for r in verdict.recommendations:
+            table.add_row(r.setting + (" (env)" if r.env else ""), f"{_v(r.from_value)} → {_v(r.to_value)}",
+                          r.basis.replace("_", " "), r.why)
+        out.print(table)
+    if verdict.command:
+        out.print("[bold]New command[/bold]")
+        out.print(Text("  " + verdict.command, style="bold"))
+    elif verdict.recommendations:
+        out.print("[dim]No launch command in the evidence: apply the changes above to your own command "
+                  "(attach the 'non-default args' line or the command to get it rewritten).[/dim]")
+    if verdict.runbook:
+        out.print(f"[bold]Runbook[/bold]  runbooks/{verdict.runbook}.yaml")
+    if verdict.attach:
+        out.print("\n[bold]To settle it, attach[/bold]")
+        for a in verdict.attach:
+            out.print(f"  • {escape(a)}")
+    notes = [s.time_note for s in evidence.sources if s.time_note]
+    if notes:
+        out.print(f"\n[dim]Times: {escape(notes[0])}. Inputs: "
+                  + ", ".join(f"{escape(s.path)} ({s.kind}, {s.records})" for s in evidence.sources) + "[/dim]")
+    if explain:
+        _explain(out, evidence)
+
+
+def _explain(out: Console, evidence: EvidenceSet) -> None:
+    table = Table(title="Every record read", title_justify="left", expand=True)
+    for col in ("where", "time (UTC)", "kind", "fields"):
+        table.add_column(col, overflow="fold")
+    for e in evidence:
+        fields = ", ".join(f"{k}={v}" for k, v in e.fields.items() if k not in ("frames", "args"))
+        table.add_row(e.where, iso(e.time) or "—", e.kind, fields[:300])
+    out.print(table)
+
+
+class _Refs:
+    """Numbers evidence records in order of first citation."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self._index: dict[int, int] = {}
+
+    def cite(self, evidence) -> str:
+        nums = []
+        for e in evidence:
+            if e.seq not in self._index:
+                self.items.append(e)
+                self._index[e.seq] = len(self.items)
+            nums.append(self._index[e.seq])
+        return f" [dim][{', '.join(map(str, dict.fromkeys(nums)))}][/dim]" if nums else ""
+
+
+def _short(text: str, limit: int = 220) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _v(value) -> str:
+    return "—" if value is None else str(value)
+
+
+def render_eval(report, *, verbose: bool = False, console: Console | None = None) -> None:
+    out = console or Console(highlight=False)
+    if verbose:
+        cases = Table(title="Cases", title_justify="left")
+        for col in ("case", "label", "answer", "conf", "ok"):
+            cases.add_column(col)
+        for c in report.cases:
+            ok = "[green]ok[/green]" if c.correct else ("[yellow]unknown (allowed)[/yellow]" if c.acceptable else "[red]WRONG[/red]")
+            cases.add_row(c.name, c.label, c.answer, f"{c.confidence:.2f}", ok)
+        out.print(cases)
+    table = Table(title=f"Per class ({report.total} cases)", title_justify="left")
+    for col in ("class", "n", "precision", "recall"):
+        table.add_column(col, justify="right" if col != "class" else "left")
+    for cls, row in report.per_class().items():
+        table.add_row(cls, str(row["support"]), _pct(row["precision"]), _pct(row["recall"]))
+    out.print(table)
+    out.print(f"accuracy (exact label): {_pct(report.accuracy)}   "
+              f"acceptable (label, or unknown where insufficient): {_pct(report.acceptable_rate)}")
+    out.print(f"GPU/not-GPU misroutes: {report.misroutes}   confident wrong answers: {report.wrong}")
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:.1f}%"

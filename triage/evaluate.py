@@ -1,0 +1,122 @@
+"""Score the classifier on a labelled corpus, exactly the way `triage classify DIR` sees a case.
+
+A case is a YAML file with `label`, `sufficient`, `log` and optional `metrics`. Each is written
+to a fresh folder as `server.log` (+ `metrics.txt`) and classified through the same library
+call as the CLI. A case marked `sufficient: 'no'` may also be answered `unknown`.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput, TriageError
+
+GPU_CLASSES = {"startup", "burst", "chronic", "prefix_cache"}
+CLASSES = ("startup", "burst", "chronic", "prefix_cache", "not_gpu_oom", "no_oom", "unknown")
+
+
+@dataclass
+class CaseResult:
+    name: str
+    label: str
+    sufficient: bool
+    answer: str
+    confidence: float
+    error: str | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.answer == self.label
+
+    @property
+    def acceptable(self) -> bool:
+        return self.correct or (not self.sufficient and self.answer == "unknown")
+
+    @property
+    def misroute(self) -> bool:
+        return (self.label == "not_gpu_oom" and self.answer in GPU_CLASSES) or \
+               (self.label in GPU_CLASSES and self.answer == "not_gpu_oom")
+
+
+@dataclass
+class EvalReport:
+    cases: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    @property
+    def accuracy(self) -> float | None:
+        return sum(c.correct for c in self.cases) / self.total if self.total else None
+
+    @property
+    def acceptable_rate(self) -> float | None:
+        return sum(c.acceptable for c in self.cases) / self.total if self.total else None
+
+    @property
+    def misroutes(self) -> int:
+        return sum(c.misroute for c in self.cases)
+
+    @property
+    def wrong(self) -> int:
+        return sum(1 for c in self.cases if not c.acceptable and c.answer != "unknown")
+
+    def per_class(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for cls in CLASSES:
+            tp = sum(1 for c in self.cases if c.answer == cls and c.label == cls)
+            predicted = sum(1 for c in self.cases if c.answer == cls)
+            actual = sum(1 for c in self.cases if c.label == cls)
+            if not predicted and not actual:
+                continue
+            out[cls] = {"support": actual, "predicted": predicted,
+                        "precision": tp / predicted if predicted else None,
+                        "recall": tp / actual if actual else None}
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "accuracy": self.accuracy, "acceptable": self.acceptable_rate,
+                "misroutes": self.misroutes, "confident_wrong": self.wrong, "per_class": self.per_class(),
+                "cases": [{"name": c.name, "label": c.label, "sufficient": c.sufficient, "answer": c.answer,
+                           "confidence": c.confidence, "acceptable": c.acceptable,
+                           **({"error": c.error} if c.error else {})} for c in self.cases]}
+
+
+def load_case(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise BadInput(str(path), f"invalid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or "label" not in data or "log" not in data:
+        raise BadInput(str(path), "not a corpus case (needs 'label' and 'log')")
+    return data
+
+
+def run_case(path: Path) -> CaseResult:
+    from .api import classify_paths
+
+    case = load_case(path)
+    sufficient = str(case.get("sufficient", "yes")).lower() in ("yes", "true")
+    with tempfile.TemporaryDirectory(prefix="triage-case-") as tmp:
+        folder = Path(tmp) / path.stem
+        folder.mkdir()
+        (folder / "server.log").write_text(str(case["log"]), encoding="utf-8")
+        if case.get("metrics"):
+            (folder / "metrics.txt").write_text(str(case["metrics"]), encoding="utf-8")
+        try:
+            verdict, _ = classify_paths([str(folder)])
+        except TriageError as exc:
+            return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, str(exc))
+    return CaseResult(path.stem, case["label"], sufficient, verdict.oom_class.value, verdict.confidence)
+
+
+def evaluate_corpus(directory: str) -> EvalReport:
+    files = sorted(p for p in Path(directory).glob("*.y*ml") if p.name.lower() not in ("readme.yaml",))
+    if not files:
+        raise BadInput(directory, "no case files (*.yaml) in this directory")
+    return EvalReport([run_case(f) for f in files])

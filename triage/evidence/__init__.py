@@ -1,0 +1,216 @@
+"""Evidence parsers, registered in one place, and `load_evidence` which routes inputs to them.
+
+Content decides, not the file name: each parser sniffs the first 64 KiB and the best score
+wins; any other text is read as a log. Unreadable, binary, empty or over-long inputs named by
+the user are errors (one line, exit 1); inside a directory they are skipped with a warning.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+from typing import Iterable, Sequence
+
+from ..errors import BadInput
+from ..model import EvidenceSet, SourceInfo
+from ..timeref import TimeReference, default_reference, parse_iso
+from .base import InputFile, ParseContext, looks_binary
+
+# Parser modules, tried in this order (ties go to the earlier one). "logs" is the fallback.
+PARSER_MODULES: tuple[str, ...] = (
+    "prometheus", "memory_stats", "nvidia_smi", "kubernetes", "alertmanager", "logs",
+)
+
+# Files in a bundle that are not evidence, and extensions no evidence comes in.
+_NOT_EVIDENCE = {"incident.yaml", "incident.yml", "expected.yaml", "expected.yml", "readme.md", "notes.jsonl",
+                 "actions.jsonl"}
+_NOT_EVIDENCE_EXT = {".md", ".py", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".html", ".css", ".js",
+                     ".zip", ".tar", ".tgz", ".whl", ".so", ".pyc", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".lock",
+                     ".pickle", ".pkl", ".pt", ".bin", ".safetensors"}
+
+
+def parsers() -> list[ModuleType]:
+    mods = []
+    for name in PARSER_MODULES:
+        try:
+            mods.append(import_module(f".{name}", __name__))
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.endswith(name):
+                continue  # a parser module not present in this build
+            raise
+    return mods
+
+
+def pick_parser(src: InputFile, mods: Sequence[ModuleType]) -> ModuleType:
+    head = src.head()
+    best, best_score = None, 0
+    for mod in mods:
+        try:
+            score = mod.sniff(head, src.name)
+        except Exception:  # a sniffer must never sink the run
+            score = 0
+        if score > best_score:
+            best, best_score = mod, score
+    assert best is not None
+    return best
+
+
+def expand(paths: Sequence[str], stdin_data: bytes | None = None) -> tuple[list[InputFile], list[str], Path | None]:
+    """Turn CLI paths into input files. Returns (inputs, warnings, bundle root if one was given)."""
+    inputs: list[InputFile] = []
+    warnings: list[str] = []
+    bundle: Path | None = None
+    for given in paths:
+        if given == "-":
+            data = stdin_data if stdin_data is not None else _read_stdin()
+            inputs.append(InputFile(display="-", path=None, data=data))
+            continue
+        p = Path(given)
+        if not p.exists():
+            raise BadInput(given, "no such file or directory")
+        if p.is_dir():
+            if (p / "incident.yaml").exists() or (p / "incident.yml").exists():
+                bundle = bundle or p
+            found = _walk(p)
+            if not found:
+                raise BadInput(given, "directory holds no files")
+            for f in found:
+                rel = os.path.relpath(f, p)
+                display = rel if len(paths) == 1 else os.path.join(given, rel)
+                inputs.append(InputFile(display=display, path=str(f), explicit=False))
+        else:
+            if not os.access(p, os.R_OK):
+                raise BadInput(given, "not readable (permission denied)")
+            inputs.append(InputFile(display=given, path=str(p)))
+    return inputs, warnings, bundle
+
+
+def _walk(root: Path) -> list[Path]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                out.append(Path(dirpath) / name)
+    return out
+
+
+def _read_stdin() -> bytes:
+    # Spool through a temporary file so that a large pipe is not held in memory twice.
+    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as tmp:
+        while True:
+            chunk = sys.stdin.buffer.read(1 << 20)
+            if not chunk:
+                break
+            tmp.write(chunk)
+        tmp.seek(0)
+        return tmp.read()
+
+
+def time_reference(bundle: Path | None, year: int | None, tz_name: str | None) -> TimeReference:
+    tz = tz_source = None
+    if tz_name:
+        tz, tz_source = _zone(tz_name), f"{tz_name} (--tz)"
+    if bundle is not None:
+        meta = _incident_meta(bundle)
+        created = parse_iso(str(meta.get("created", ""))) if meta.get("created") else None
+        if tz is None and meta.get("timezone"):
+            try:
+                tz, tz_source = _zone(str(meta["timezone"])), f"{meta['timezone']} (incident.yaml)"
+            except BadInput:
+                tz = None
+        if created is not None and year is None:
+            ref = default_reference(None, tz, tz_source)
+            return TimeReference(created, "incident.yaml", ref.tz, ref.tz_source, None)
+    return default_reference(year, tz, tz_source)
+
+
+def _zone(name: str):
+    if name.upper() in ("UTC", "Z"):
+        from datetime import timezone
+        return timezone.utc
+    try:
+        from zoneinfo import ZoneInfo
+        return ZoneInfo(name)
+    except Exception:
+        raise BadInput("--tz", f"unknown time zone {name!r}") from None
+
+
+def _incident_meta(bundle: Path) -> dict:
+    for name in ("incident.yaml", "incident.yml"):
+        f = bundle / name
+        if f.exists():
+            import yaml  # only bundles have incident.yaml; keep it off the cold path
+
+            try:
+                data = yaml.safe_load(f.read_text(encoding="utf-8", errors="replace"))
+            except yaml.YAMLError as exc:
+                raise BadInput(str(f), f"invalid YAML: {str(exc).splitlines()[0]}") from None
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | None = None,
+                  stdin_data: bytes | None = None, progress=None) -> EvidenceSet:
+    """Parse every input into one EvidenceSet (records in order of appearance)."""
+    inputs, warnings, bundle = expand(paths, stdin_data)
+    times = time_reference(bundle, year, tz)
+    ctx = ParseContext(times=times, progress=progress)
+    result = EvidenceSet(warnings=list(warnings))
+    mods = parsers()
+    used = 0
+    for src in inputs:
+        reason = _skip_reason(src)
+        if reason:
+            if src.explicit:
+                raise BadInput(src.display, reason)
+            result.warnings.append(f"{src.display}: skipped ({reason})")
+            continue
+        used += 1
+        mod = pick_parser(src, mods)
+        src_times = times
+        if times.year_source == "today" and src.path is not None:
+            mtime = src.mtime()
+            if mtime is not None:
+                src_times = times.with_reference(mtime, "file mtime")
+        ctx.times = src_times
+        before = len(result.items)
+        result.extend(mod.parse(src, ctx))
+        count = len(result.items) - before
+        note = src_times.note() if mod.NAME == "log" else None
+        result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
+    if used == 0:
+        where = ", ".join(paths)
+        raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
+                              "memory_stats JSON, dmesg, kubectl pod JSON or Alertmanager payloads)")
+    return result
+
+
+def _skip_reason(src: InputFile) -> str | None:
+    name = src.name.lower()
+    if not src.explicit:
+        if name in _NOT_EVIDENCE or Path(name).suffix in _NOT_EVIDENCE_EXT:
+            return "not an evidence file"
+    elif Path(name).suffix in _NOT_EVIDENCE_EXT - {".yaml", ".yml"}:
+        return f"a {Path(name).suffix} file is not evidence (give a log, a scrape, or a bundle directory)"
+    try:
+        size = src.size()
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    if size == 0:
+        return "empty file"
+    try:
+        head = src.head()
+    except BadInput as exc:
+        return exc.problem
+    except PermissionError:
+        return "not readable (permission denied)"
+    if not head.strip():
+        return "empty file (only whitespace)"
+    if looks_binary(head):
+        return "binary data, not a text log or JSON"
+    return None
+

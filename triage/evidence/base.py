@@ -1,0 +1,146 @@
+"""What every evidence parser sees: an input file and a parse context.
+
+A parser module exposes `NAME`, `sniff(head, name) -> int` (0 = not mine; higher wins) and
+`parse(src, ctx) -> Iterator[Evidence]`. Parsers read, they never decide.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import IO, Any, Callable, Iterator, Protocol
+
+from ..errors import BadInput
+from ..model import Evidence
+from ..timeref import TimeReference
+
+HEAD_BYTES = 64 * 1024
+MAX_LINE_BYTES = 16 * 1024 * 1024       # a longer "line" is not a log line
+MAX_JSON_BYTES = 256 * 1024 * 1024      # structured inputs are read whole; cap them
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class InputFile:
+    """One input: a path on disk, or stdin spooled to a temporary file."""
+
+    display: str                       # what evidence cites (relative path or "-")
+    path: str | None                   # real path (None only for in-memory tests)
+    data: bytes | None = None          # in-memory content (stdin, tests)
+    explicit: bool = True              # named by the user (errors are fatal) vs found in a dir
+    _head: bytes | None = field(default=None, repr=False)
+
+    @property
+    def compressed(self) -> bool:
+        return self.raw_head(2) == GZIP_MAGIC
+
+    def raw_head(self, n: int) -> bytes:
+        if self.data is not None:
+            return self.data[:n]
+        with open(self.path, "rb") as fh:  # type: ignore[arg-type]
+            return fh.read(n)
+
+    def open(self) -> IO[bytes]:
+        """Decompressed binary stream."""
+        raw: IO[bytes] = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")  # type: ignore[arg-type]
+        if self.compressed:
+            return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return raw
+
+    def head(self) -> bytes:
+        if self._head is None:
+            try:
+                with self.open() as fh:
+                    self._head = fh.read(HEAD_BYTES)
+            except (OSError, EOFError) as exc:
+                raise BadInput(self.display, f"cannot read: {exc.__class__.__name__}: {exc}") from None
+        return self._head
+
+    def size(self) -> int:
+        if self.data is not None:
+            return len(self.data)
+        return os.path.getsize(self.path)  # type: ignore[arg-type]
+
+    def mtime(self) -> datetime | None:
+        if self.path is None:
+            return None
+        return datetime.fromtimestamp(os.path.getmtime(self.path), tz=timezone.utc)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.display)
+
+    def read_json(self) -> Any:
+        """The whole file as JSON, or one clear error naming the problem."""
+        try:
+            with self.open() as fh:
+                blob = fh.read(MAX_JSON_BYTES + 1)
+        except (OSError, EOFError) as exc:
+            raise BadInput(self.display, f"cannot read: {exc}") from None
+        if len(blob) > MAX_JSON_BYTES:
+            raise BadInput(self.display, f"JSON larger than {MAX_JSON_BYTES >> 20} MiB")
+        try:
+            return json.loads(blob.decode("utf-8", errors="replace"))
+        except json.JSONDecodeError as exc:
+            what = "truncated JSON" if exc.pos >= len(blob.rstrip()) - 1 else "invalid JSON"
+            raise BadInput(self.display, f"{what} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+
+
+@dataclass
+class ParseContext:
+    """Shared across all inputs of one run: the time reference and a global sequence number."""
+
+    times: TimeReference
+    progress: Callable[[int], None] | None = None     # bytes consumed, for large inputs
+    _seq: int = 0
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def evidence(self, src: InputFile, line: int | None, kind: str, text: str,
+                 time: datetime | None = None, **fields: Any) -> Evidence:
+        return Evidence(source=src.display, line=line, kind=str(kind.value if hasattr(kind, "value") else kind),
+                        text=clip(text), time=time, fields=fields, seq=self.next_seq())
+
+
+class Parser(Protocol):
+    NAME: str
+
+    def sniff(self, head: bytes, name: str) -> int: ...
+
+    def parse(self, src: InputFile, ctx: ParseContext) -> Iterator[Evidence]: ...
+
+
+def clip(text: str, limit: int = 600) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def looks_binary(head: bytes) -> bool:
+    """NUL bytes, or a large share of control bytes that no text log has."""
+    if not head:
+        return False
+    if b"\x00" in head:
+        return True
+    sample = head[:8192]
+    bad = sum(1 for b in sample if b < 9 or (13 < b < 32 and b != 27))
+    if bad / len(sample) > 0.05:
+        return True
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A cut multi-byte character at the end of the sample is fine; garbage is not.
+        return exc.start < len(sample) - 4
+    return False
+
+
+def json_head(head: bytes) -> str | None:
+    """The first non-space character if the content starts like JSON."""
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return stripped[:1].decode()
+    return None

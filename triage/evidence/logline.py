@@ -1,0 +1,161 @@
+"""Peel the wrappers off one raw log line: collectors, process prefixes, the logger's own prefix.
+
+Real lines arrive wrapped several times over: a CRI or cloud-logging envelope, a CI gutter,
+a docker-compose service name, a quoted paste ("> "), ANSI colour, vLLM's stream-level process
+prefix (`(EngineCore_DP0 pid=412)`), and finally the logger format itself
+(`ERROR 03-12 14:17:03 [core.py:343]`, `INFO 10-17 12:00:00 metrics.py:349]`). What remains is
+the message. Full timestamps found on the way (which carry a year and a zone) win over vLLM's
+year-less stamp.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from ..timeref import TimeReference, parse_iso
+
+# Real ESC sequences, and the caret notation ("^[[0;36m") that survives copy-paste.
+ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;]*[A-Za-z]")
+
+_ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+
+# Envelopes, tried repeatedly at the start of the line (order matters little; each is anchored).
+_ENVELOPES: tuple[re.Pattern[str], ...] = (
+    re.compile(r"^\s*>\s?"),                                                   # quoted paste
+    re.compile(r"^\s*-\s(?=\S)"),                                              # bulleted paste
+    re.compile(r"^\s*\|\s"),                                                   # CI gutter
+    re.compile(rf"^(?P<iso>{_ISO})\s+(?:stdout|stderr)\s+[FP]\s"),             # CRI (containerd)
+    re.compile(rf"^(?:INFO|WARNING|ERROR|DEFAULT|DEBUG|NOTICE|CRITICAL)\s+(?P<iso>{_ISO})\s+\[[^\]]*\]\s*"),  # cloud logging export
+    re.compile(rf"^\[(?P<iso>{_ISO})\]\s*"),                                   # [2025-03-10T15:07:20Z]
+    re.compile(rf"^(?P<iso>{_ISO})\s+(?=\S)(?!(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\b)"),  # bare ISO prefix
+    re.compile(r"^[\w.-]+-\d+\s+\|\s"),                                        # docker compose "vllm-1  | "
+    re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)\)\s?"),  # vLLM process prefix
+    re.compile(r"^\[rank(?P<rank2>\d+)\]:"),                                   # torch.distributed
+)
+
+# vLLM logger: "LEVEL MM-DD HH:MM:SS [file.py:123] msg" (>=0.8) or "... file.py:123] msg" (<=0.7)
+_VLLM_PREFIX = re.compile(
+    r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<mo>\d{2})-(?P<d>\d{2})\s+"
+    r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:[.,](?P<frac>\d+))?\s+\[?(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+)\]\s?"
+)
+# Python logging default-ish: "2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] msg"
+_DATED_PREFIX = re.compile(
+    rf"^(?P<iso>{_ISO})\s+(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:\d+\s+)?"
+    r"(?:\[(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+)\]\s?)?"
+)
+# TGI (Rust tracing): "2024-02-21T10:28:11.366563Z ERROR text_generation_launcher: msg"
+_TRACING_PREFIX = re.compile(
+    rf"^(?P<iso>{_ISO})\s+(?P<level>TRACE|DEBUG|INFO|WARN|ERROR)\s+(?P<target>[\w:]+):\s?"
+)
+# SGLang: "[2026-03-12 14:17:03 TP0] msg" or "[16:43:29 TP0] msg" or "[2026-03-12 14:17:03] msg"
+_SGLANG_PREFIX = re.compile(
+    r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2})\s)?(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:\s(?P<rank>(?:DP\d+\s)?TP\d+(?:\s\w+)?))?\]\s?"
+)
+# Kernel log: "[ 2448.628961] msg", "[Thu Aug 27 00:39:44 2026] msg", "Feb 01 14:25:31 host kernel: msg"
+_KERNEL_PREFIX = re.compile(
+    r"^\[\s*(?:(?P<uptime>\d+\.\d+)|(?P<ctime>\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}))\]\s*(?:\[\s*[TC]\d+\]\s*)?"
+)
+_SYSLOG_PREFIX = re.compile(
+    r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<d>\d{1,2})\s(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s\S+\s(?P<prog>[\w.\-/\[\]]+):\s"
+)
+_MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    message: str                 # the text after every prefix
+    level: str | None            # logger level when the line carried one
+    time: datetime | None        # UTC
+    process: str | None          # "EngineCore_DP0", "VllmWorker", "APIServer", ...
+    pid: int | None
+    rank: int | None
+    file: str | None             # logger file:line origin ("core.py")
+    origin: str                  # "vllm", "sglang", "tgi", "kernel", "syslog", "python", "plain"
+    indented: bool               # message kept leading whitespace (traceback frames, code)
+
+
+def strip_ansi(text: str) -> str:
+    if "\x1b" in text or "^[" in text:
+        return ANSI_RE.sub("", text)
+    return text
+
+
+def parse_line(raw: str, times: TimeReference) -> LogLine:
+    """Split one raw line into its message and metadata. Never raises."""
+    text = strip_ansi(raw.rstrip("\r\n").replace("\r", ""))
+    if text.endswith("^M"):  # a carriage return that survived a copy-paste as caret notation
+        text = text[:-2]
+    outer_time: datetime | None = None
+    process = None
+    pid = rank = None
+    # Peel envelopes until none applies (bounded: each pass must consume something).
+    for _ in range(8):
+        for env in _ENVELOPES:
+            m = env.match(text)
+            if not m or m.end() == 0:
+                continue
+            gd = m.groupdict()
+            if gd.get("iso"):
+                outer_time = outer_time or _iso(gd["iso"], times)
+            if gd.get("proc"):
+                process, pid = gd["proc"], int(gd["pid"])
+                if gd.get("rank"):
+                    rank = int(gd["rank"])
+            if gd.get("rank2"):
+                rank = int(gd["rank2"])
+            text = text[m.end():]
+            break
+        else:
+            break
+
+    m = _VLLM_PREFIX.match(text)
+    if m:
+        t = times.resolve(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        return _line(text[m.end():], m["level"], outer_time or t, process, pid, rank, m["file"], "vllm")
+    m = _TRACING_PREFIX.match(text)
+    if m:
+        return _line(text[m.end():], m["level"], _iso(m["iso"], times), process, pid, rank, m["target"], "tgi")
+    m = _DATED_PREFIX.match(text)
+    if m:
+        return _line(text[m.end():], m["level"], _iso(m["iso"], times), process, pid, rank, m["file"], "python")
+    m = _SGLANG_PREFIX.match(text)
+    if m:
+        # A clock without a date ("[16:43:29 TP0]") cannot be placed in time honestly.
+        t = outer_time
+        if m["date"]:
+            t = _iso(f"{m['date']} {m['h']}:{m['mi']}:{m['s']}", times)
+        return _line(text[m.end():], None, t, process, pid, rank, None, "sglang")
+    m = _KERNEL_PREFIX.match(text)
+    if m:
+        t = outer_time
+        if m["ctime"]:
+            try:
+                t = times.localize(datetime.strptime(m["ctime"], "%a %b %d %H:%M:%S %Y"))
+            except ValueError:
+                t = outer_time
+        return _line(text[m.end():], None, t, process, pid, rank, None, "kernel")
+    m = _SYSLOG_PREFIX.match(text)
+    if m and m["mon"] in _MONTHS:
+        t = times.resolve(_MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        return _line(text[m.end():], None, outer_time or t, process, pid, rank, m["prog"], "syslog")
+    return _line(text, None, outer_time, process, pid, rank, None, "plain")
+
+
+def _line(message: str, level, time, process, pid, rank, file, origin) -> LogLine:
+    indented = message[:1] in (" ", "\t")
+    if level == "WARN":
+        level = "WARNING"
+    return LogLine(message.rstrip(), level, time, process, pid, rank, file, origin, indented)
+
+
+def _iso(text: str, times: TimeReference) -> datetime | None:
+    t = parse_iso(text.replace(",", "."))
+    if t is None:
+        return None
+    # A zone-less full stamp is local time of the writer; parse_iso assumed UTC.
+    if not re.search(r"(?:Z|[+-]\d{2}:?\d{2})$", text.strip()):
+        return times.localize(t.replace(tzinfo=None))
+    return t
+

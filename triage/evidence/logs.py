@@ -1,0 +1,298 @@
+"""Server logs (vLLM V0/V1, SGLang, TGI, kernel lines pasted beside them) -> evidence.
+
+Streaming: lines are read in blocks with a bounded buffer; only lines that carry a known
+signature, a traceback frame or an exception become records. Each record notes the lifecycle
+phase of its source at that line (starting / ready / serving), which the flowchart needs to
+tell a start-up OOM from a runtime one, and how long the server had been up.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterator
+
+from ..errors import BadInput
+from ..model import Evidence, Phase
+from .base import MAX_LINE_BYTES, InputFile, ParseContext
+from .kinds import Kind
+from .logline import LogLine, parse_line
+from .signatures import POOL_DETAIL, match_message
+from .torch_oom import is_complete, parse_torch_oom
+
+NAME = "log"
+
+BLOCK = 8 * 1024 * 1024
+MAX_FRAMES = 80
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_CARET = re.compile(r"^\s*[\^~]+\s*$")
+_EXCEPTION = re.compile(
+    r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Aborted))(?::\s?(?P<msg>.*))?$")
+_CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
+_NON_SERVING_PATHS = ("/health", "/metrics", "/v1/models", "/ping", "/version", "/load", "/docs", "/openapi.json")
+
+_LIFECYCLE_RESET = {Kind.STARTUP_BEGIN, Kind.ENGINE_VERSION, Kind.WEIGHTS_LOADED}
+_STARTUP_PROGRESS = {Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.MAX_CONCURRENCY,
+                     Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE}
+_FAILURE_KINDS = {
+    Kind.TORCH_OOM, Kind.CUDA_OOM, Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS, Kind.FREE_MEMORY_LOW,
+    Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.PROFILING_ERROR, Kind.KV_POOL_OOM, Kind.ENGINE_START_FAILED,
+    Kind.ENGINE_DEAD, Kind.TRACEBACK, Kind.EXCEPTION, Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED,
+    Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS, Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR,
+}
+
+
+def sniff(head: bytes, name: str) -> int:
+    """Any text is a candidate log; the dedicated parsers outbid this for their formats."""
+    return 1
+
+
+@dataclass
+class _Traceback:
+    frames: list[tuple[str, int, str]] = field(default_factory=list)
+    start_line: int = 0
+    open: bool = False
+    after_frame: bool = False        # the next line is the frame's source line, indented or not
+
+
+@dataclass
+class _Pending:
+    """A failure message that may continue on the next lines (wrapped pastes, SGLang detail)."""
+
+    kind: Kind
+    line: int
+    log: LogLine
+    text: str
+    fields: dict[str, Any]
+    budget: int = 6
+
+
+class LogScanner:
+    """Feeds on (line number, raw line) and yields evidence. One instance per input file."""
+
+    def __init__(self, src: InputFile, ctx: ParseContext):
+        self.src = src
+        self.ctx = ctx
+        self.phase = Phase.UNKNOWN
+        self.lifecycle_start: datetime | None = None
+        self.served_at: datetime | None = None
+        self.last_time: datetime | None = None
+        self.tracebacks: dict[Any, _Traceback] = {}
+        self.pending: _Pending | None = None
+        self.records = 0
+
+    # -- public -------------------------------------------------------------------------------
+    def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
+        log = parse_line(raw, self.ctx.times)
+        if log.time is not None:
+            self.last_time = log.time
+            if self.lifecycle_start is None:
+                self.lifecycle_start = log.time
+        msg = log.message
+        stripped = msg.strip()
+        if self.pending is not None:
+            done = yield from self._continue_pending(lineno, log, stripped)
+            if not done:
+                return
+        if not stripped:
+            return
+        key = log.pid or log.rank or 0
+        tb = self.tracebacks.get(key)
+
+        frame = _FRAME.match(msg)
+        if frame:
+            if tb is None:
+                tb = self.tracebacks[key] = _Traceback()
+            if not tb.frames:
+                tb.start_line = lineno
+            tb.open = True
+            tb.after_frame = True
+            if len(tb.frames) < MAX_FRAMES:
+                tb.frames.append((frame.group(1), int(frame.group(2)), frame.group(3)))
+            return
+        if "Traceback (most recent call last)" in msg:
+            if tb is not None and tb.frames:
+                yield from self._close_traceback(key, lineno, None, log)
+            self.tracebacks[key] = _Traceback(start_line=lineno, open=True)
+            tb = self.tracebacks[key]
+        if tb is not None and tb.open and tb.frames:
+            code_line = tb.after_frame and not _EXCEPTION.match(stripped)
+            tb.after_frame = False
+            if code_line or _CARET.match(msg) or (log.indented and not _EXCEPTION.match(stripped)) \
+                    or any(c in msg for c in _CHAIN):
+                return  # source code / caret lines inside a traceback
+
+        matches = match_message(msg)
+        exc = _EXCEPTION.match(stripped)
+        if tb is not None and tb.open and (exc or matches) and tb.frames:
+            yield from self._close_traceback(key, lineno, exc, log, [k for k, _ in matches])
+        elif tb is not None and tb.open and tb.frames and not exc:
+            yield from self._close_traceback(key, lineno, None, log)
+
+        emitted = False
+        for kind, fields in matches:
+            if kind in (Kind.TORCH_OOM, Kind.KV_POOL_OOM) and not _complete(kind, fields):
+                self.pending = _Pending(kind, lineno, log, stripped, fields)
+                emitted = True
+                continue
+            yield from self._emit(lineno, log, kind, stripped, fields)
+            emitted = True
+        if exc and not emitted and exc.group("type") not in ("UserWarning", "DeprecationWarning", "FutureWarning"):
+            yield from self._emit(lineno, log, Kind.EXCEPTION, stripped,
+                                  {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
+
+    def finish(self) -> Iterator[Evidence]:
+        if self.pending is not None:
+            p, self.pending = self.pending, None
+            yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
+        for key in list(self.tracebacks):
+            tb = self.tracebacks[key]
+            if tb.frames:
+                yield from self._close_traceback(key, None, None, None)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _continue_pending(self, lineno: int, log: LogLine, stripped: str) -> Iterator[Evidence]:
+        """Join wrapped continuation lines of a failure message. Returns True when done."""
+        p = self.pending
+        assert p is not None
+        joined = f"{p.text} {stripped}"
+        if p.kind is Kind.TORCH_OOM:
+            fields = parse_torch_oom(joined)
+            grew = fields is not None and _filled(fields) > _filled(p.fields)
+        else:
+            detail = POOL_DETAIL.search(stripped)
+            fields = {**p.fields, **({"available_tokens": int(detail.group(1)), "free_tokens": int(detail.group(2)),
+                                      "evictable_tokens": int(detail.group(3))} if detail else {})}
+            grew = detail is not None
+        p.budget -= 1
+        if grew and fields is not None:
+            p.fields, p.text = fields, joined
+            if _complete(p.kind, fields) or p.budget <= 0:
+                self.pending = None
+                yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
+            return False
+        if stripped and p.budget > 0 and not _FRAME.match(log.message) and p.kind is Kind.KV_POOL_OOM and not stripped.startswith(("terminate", "Fatal")):
+            return False  # SGLang prints its detail a line or two later
+        self.pending = None
+        yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
+        return True
+
+    def _close_traceback(self, key: Any, lineno: int | None, exc: re.Match[str] | None,
+                         log: LogLine | None, kinds: list[Kind] | None = None) -> Iterator[Evidence]:
+        tb = self.tracebacks.pop(key)
+        frames = tb.frames
+        if not frames:
+            return
+        fields = {
+            "frames": [list(f) for f in frames],
+            "exception": exc.group("type") if exc else None,
+            "message": ((exc.group("msg") or "")[:300]) if exc else None,
+            "failure_kinds": [k.value for k in (kinds or [])],
+            "process": log.process if log else None,
+        }
+        text = (f"Traceback ({len(frames)} frames, innermost {frames[-1][2]} in {_short(frames[-1][0])})"
+                + (f" -> {exc.group('type')}" if exc else " (exception line not in the excerpt)"))
+        line = tb.start_line or lineno
+        yield self._record(line, log.time if log else self.last_time, Kind.TRACEBACK, text, fields)
+
+    def _emit(self, lineno: int, log: LogLine, kind: Kind, text: str, fields: dict[str, Any]) -> Iterator[Evidence]:
+        self._advance_phase(kind, fields, log.time)
+        fields = dict(fields)
+        if log.process:
+            fields.setdefault("process", log.process)
+        if log.level:
+            fields.setdefault("level", log.level)
+        yield self._record(lineno, log.time, kind, text, fields)
+
+    def _record(self, lineno: int | None, time: datetime | None, kind: Kind, text: str,
+                fields: dict[str, Any]) -> Evidence:
+        if kind in _FAILURE_KINDS:
+            fields["phase"] = self.phase.value
+            start = self.lifecycle_start
+            when = time or self.last_time
+            if start is not None and when is not None:
+                fields["uptime_s"] = max(0.0, (when - start).total_seconds())
+        self.records += 1
+        return self.ctx.evidence(self.src, lineno, kind, text, time=time, **fields)
+
+    def _advance_phase(self, kind: Kind, fields: dict[str, Any], time: datetime | None) -> None:
+        if kind in _LIFECYCLE_RESET or (kind is Kind.LAUNCH_CONFIG and fields.get("origin") == "engine config"):
+            if self.phase in (Phase.SERVING, Phase.READY):
+                self.lifecycle_start = time
+            if self.phase is not Phase.STARTING:
+                self.phase = Phase.STARTING
+                self.lifecycle_start = time or self.lifecycle_start
+        elif kind in _STARTUP_PROGRESS:
+            if self.phase is Phase.UNKNOWN:
+                self.phase = Phase.STARTING
+        elif kind is Kind.STARTUP_COMPLETE:
+            if self.phase is not Phase.SERVING:
+                self.phase = Phase.READY
+        elif kind is Kind.REQUEST_SERVED:
+            path = str(fields.get("path", ""))
+            if fields.get("status", 500) < 500 and not path.startswith(_NON_SERVING_PATHS):
+                self.phase = Phase.SERVING
+        elif kind is Kind.STATS:
+            if any((fields.get(k) or 0) > 0 for k in ("running", "prompt_tps", "generation_tps", "kv_usage", "waiting")):
+                self.phase = Phase.SERVING
+        elif kind is Kind.PREEMPTION:
+            self.phase = Phase.SERVING
+
+
+def _complete(kind: Kind, fields: dict[str, Any]) -> bool:
+    if kind is Kind.TORCH_OOM:
+        return is_complete(fields)
+    return "available_tokens" in fields
+
+
+def _filled(fields: dict[str, Any]) -> int:
+    return sum(1 for v in fields.values() if v not in (None, [], ""))
+
+
+def _short(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
+
+
+def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, str]]:
+    """(line number, text) in bounded memory; refuses a 'line' longer than MAX_LINE_BYTES."""
+    lineno = 0
+    carry = b""
+    consumed = 0
+    with src.open() as fh:
+        while True:
+            try:
+                block = fh.read(BLOCK)
+            except (OSError, EOFError) as exc:
+                raise BadInput(src.display, f"cannot read past line {lineno}: {exc}") from None
+            if not block:
+                break
+            consumed += len(block)
+            if ctx.progress:
+                ctx.progress(len(block))
+            buf = carry + block if carry else block
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                if len(buf) > MAX_LINE_BYTES:
+                    raise BadInput(src.display, f"line {lineno + 1} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
+                carry = buf
+                continue
+            carry = buf[cut + 1:]
+            if len(carry) > MAX_LINE_BYTES:
+                raise BadInput(src.display, f"line {lineno + 2} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
+            for raw in buf[:cut].split(b"\n"):
+                lineno += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise BadInput(src.display, f"line {lineno} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
+                yield lineno, raw.decode("utf-8", errors="replace")
+    if carry:
+        lineno += 1
+        yield lineno, carry.decode("utf-8", errors="replace")
+
+
+def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
+    scanner = LogScanner(src, ctx)
+    for lineno, text in iter_lines(src, ctx):
+        yield from scanner.feed(lineno, text)
+    yield from scanner.finish()

@@ -1,0 +1,79 @@
+"""Runtime burst OOM: a healthy server overwhelmed by a spike (long prompts, many prefills).
+
+**Signature**: an OOM while serving, with KV-cache usage near 100%, a waiting queue growing,
+preemptions, and an allocator message whose "reserved but unallocated" is small (the memory was
+really in use, not fragmented).
+**Not to be confused with**: chronic fragmentation (large reserved-but-unallocated after long
+uptime) and prefix-cache OOM (low hit rate, cached blocks crowding out live KV).
+**Recovery**: runbooks/burst.yaml
+"""
+from __future__ import annotations
+
+from ..evidence.kinds import Kind
+from ..model import Cause, Evidence, OomClass
+from ..units import format_bytes
+from .base import Assessment, pct
+from .causes import detect
+from .context import Context
+from .phase import PhaseAnswer
+
+CLASS = OomClass.BURST
+KV_HIGH = 0.90
+SMALL_UNALLOCATED = 512 << 20
+
+
+def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list[Evidence]]:
+    """Pressure just before the failure: KV usage high, queue growing, preemptions."""
+    notes: list[str] = []
+    used: list[Evidence] = []
+    stats = ctx.last_before(Kind.STATS.value, anchor)[-12:]
+    kv = [(s.fields["kv_usage"], s) for s in stats if s.fields.get("kv_usage") is not None]
+    metrics_kv = [(m.fields["value"], m) for m in ctx.last_before(Kind.METRIC.value, anchor)
+                  if m.fields.get("name") == "kv_cache_usage" and m.fields.get("value") is not None][-6:]
+    peak = max(kv + metrics_kv, key=lambda x: x[0], default=None)
+    if peak and peak[0] >= KV_HIGH:
+        notes.append(f"KV-cache usage reached {pct(peak[0])}")
+        used.append(peak[1])
+    waiting = [s for s in stats if s.fields.get("waiting") is not None]
+    if len(waiting) >= 2 and waiting[-1].fields["waiting"] > waiting[0].fields["waiting"] \
+            and waiting[-1].fields["waiting"] >= max(1.0, waiting[-1].fields.get("running") or 0):
+        notes.append(f"waiting queue grew {int(waiting[0].fields['waiting'])} -> {int(waiting[-1].fields['waiting'])}")
+        used.append(waiting[-1])
+    preempt = ctx.last_before(Kind.PREEMPTION.value, anchor)
+    preempt_stats = [s for s in stats if (s.fields.get("preemptions") or 0) > 0]
+    counters = [m for m in ctx.last_before(Kind.METRIC.value, anchor) if m.fields.get("name") == "preemptions_total"]
+    rising = len(counters) >= 2 and counters[-1].fields["value"] > counters[0].fields["value"]
+    if preempt or preempt_stats or rising:
+        src = (preempt or preempt_stats or counters)[-1]
+        notes.append("requests were preempted for lack of KV-cache space")
+        used.append(src)
+    return notes, used
+
+
+def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
+    oom = ctx.primary
+    if oom is None or phase.phase == "startup":
+        return Assessment(CLASS, 0.0, "", "it did not fail while serving")
+    notes, used = load_signals(ctx, oom)
+    causes: list[Cause] = []
+    unalloc = oom.fields.get("reserved_unallocated_bytes")
+    tried = oom.fields.get("tried_bytes")
+    confidence = 0.0
+    if notes:
+        causes.append(Cause("long_prompt_burst", "Load spike: " + "; ".join(notes), tuple(used)))
+        confidence = 0.6 + 0.1 * len(notes)
+    small = unalloc is not None and (unalloc < SMALL_UNALLOCATED or (tried and unalloc < tried))
+    if small:
+        notes.append(f"only {format_bytes(unalloc)} reserved-but-unallocated: the memory was in use, not fragmented")
+        confidence = max(confidence, 0.6) + (0.05 if causes else 0)
+    if not notes:
+        confidence = 0.5 if phase.phase == "runtime" else 0.0
+    if phase.phase == "unknown":
+        confidence = min(confidence, 0.45) if not causes else confidence - 0.1
+    causes += detect(ctx, "concurrency_misjudged", "accounting_discrepancy", "known_engine_bug")
+    confidence = min(0.95, confidence)
+    attach = [] if len(notes) >= 2 else [
+        "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]
+    summary = "Runtime burst OOM while serving" + (f": {'; '.join(notes)}" if notes else
+                                                   " (no load or allocator signals to confirm it)")
+    return Assessment(CLASS, round(confidence, 2), summary, "; ".join(notes) or phase.why, [oom] + used, causes, attach)

@@ -1,0 +1,124 @@
+"""Chronic OOM: fragmentation of the caching allocator or a slow leak, after long running.
+
+**Signature**: the allocator's message reports a large "reserved by PyTorch but unallocated"
+amount (at least what the failed request asked for: the memory was there, in unusable pieces);
+memory_stats show inactive_split or reserved far above allocated and alloc retries; GPU memory
+in use climbing over hours while load is flat. Fragmentation is defined here as
+`reserved-but-unallocated / reserved` (from the OOM message) or `inactive_split / reserved`
+(from memory_stats), and the output names which one it used.
+**Not to be confused with**: a burst (small reserved-but-unallocated, load spike), and a host
+RAM leak (RSS growth, OOMKilled) which is not a GPU OOM.
+**Recovery**: runbooks/chronic.yaml
+"""
+from __future__ import annotations
+
+from statistics import mean, pstdev
+
+from ..evidence.kinds import Kind
+from ..model import Cause, Evidence, OomClass
+from ..units import format_bytes
+from .base import Assessment
+from .context import Context
+from .phase import PhaseAnswer
+from .causes import detect
+
+CLASS = OomClass.CHRONIC
+FRAG_MIN_BYTES = 1 << 30
+FRAG_SHARE = 0.30            # memory_stats fragmentation ratio worth naming
+LEAK_MIN_RISE = 0.05         # of the card, over the readings
+LONG_UPTIME_S = 6 * 3600
+
+
+def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
+    if oom is not None and oom.kind == Kind.TORCH_OOM.value:
+        unalloc = oom.fields.get("reserved_unallocated_bytes")
+        tried = oom.fields.get("tried_bytes") or 0
+        alloc = oom.fields.get("allocated_bytes")
+        if unalloc is not None and unalloc >= FRAG_MIN_BYTES and unalloc >= tried:
+            reserved = (alloc or 0) + unalloc
+            ratio = unalloc / reserved if reserved else None
+            return Cause("allocator_fragmentation",
+                         f"Allocator fragmentation: {format_bytes(unalloc)} reserved but unallocated, more than the "
+                         f"{format_bytes(tried)} that failed", (oom,),
+                         f"fragmentation = reserved-but-unallocated / reserved = {ratio:.0%}" if ratio else "")
+    for rec in ctx.ev.of(Kind.MEMORY_STATS):
+        f = rec.fields
+        reserved = f.get("reserved_bytes") or 0
+        if reserved < FRAG_MIN_BYTES:
+            continue
+        inactive = f.get("inactive_split_bytes")
+        if inactive is not None and inactive / reserved >= FRAG_SHARE:
+            return Cause("allocator_fragmentation",
+                         f"Allocator fragmentation: {format_bytes(inactive)} of {format_bytes(reserved)} reserved is "
+                         "inactive split blocks", (rec,),
+                         f"fragmentation = inactive_split_bytes / reserved_bytes = {inactive / reserved:.0%}"
+                         + (f"; {f.get('num_alloc_retries')} cudaMalloc retries" if f.get("num_alloc_retries") else ""))
+    return None
+
+
+def leak(ctx: Context, oom: Evidence | None) -> Cause | None:
+    """GPU memory rising over time while load stays flat (trend, not level)."""
+    series = _memory_series(ctx)
+    if not series:
+        return None
+    first, last = series[0], series[-1]
+    rise = last[0] - first[0]
+    total = ctx.gpu_total_bytes or max(v for v, _ in series)
+    monotone = sum(1 for a, b in zip(series, series[1:]) if b[0] >= a[0]) >= 0.8 * (len(series) - 1)
+    if rise <= 0 or not monotone or rise / total < LEAK_MIN_RISE:
+        return None
+    load = [s.fields.get("running") for s in ctx.ev.of(Kind.STATS) if s.fields.get("running") is not None]
+    flat = len(load) < 3 or (mean(load) > 0 and pstdev(load) / mean(load) < 0.5)
+    if not flat:
+        return None
+    span = ""
+    if first[1].time and last[1].time:
+        hours = (last[1].time - first[1].time).total_seconds() / 3600
+        span = f" over {hours:.1f} h" if hours >= 0.1 else ""
+    return Cause("memory_leak", f"Memory leak: GPU memory in use rose {format_bytes(rise)}{span} with steady load",
+                 (first[1], last[1]), f"{format_bytes(first[0])} -> {format_bytes(last[0])} in {len(series)} readings")
+
+
+def _memory_series(ctx: Context) -> list[tuple[int, Evidence]]:
+    sleep = [(r.fields["in_use_bytes"], r) for r in ctx.ev.of(Kind.SLEEP_MEMORY) if r.fields.get("in_use_bytes")]
+    if len(sleep) >= 3:
+        return sleep
+    readings: dict[str, list[tuple[int, Evidence]]] = {}
+    for r in ctx.ev.of(Kind.GPU_MEMORY):
+        if r.fields.get("used_bytes") is None:
+            continue
+        key = f"{r.fields.get('host', '')}/{r.fields.get('gpu')}/{r.fields.get('uuid')}"
+        readings.setdefault(key, []).append((r.fields["used_bytes"], r))
+    best = max(readings.values(), key=len, default=[])
+    if len(best) < 4:
+        return []
+    return sorted(best, key=lambda x: (x[1].time is None, x[1].time, x[1].seq))
+
+
+def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
+    oom = ctx.primary
+    if phase.phase == "startup":
+        return Assessment(CLASS, 0.0, "", "it failed during start-up, not after long running")
+    causes = [c for c in (fragmentation(ctx, oom), leak(ctx, oom)) if c]
+    uptime = phase.uptime_s
+    long_run = uptime is not None and uptime >= LONG_UPTIME_S
+    if not causes:
+        if long_run and oom is not None and oom.fields.get("reserved_unallocated_bytes") is None:
+            return Assessment(CLASS, 0.35, f"OOM after {uptime / 3600:.1f} h of uptime; no allocator numbers",
+                              phase.why, [oom], [], ["torch.cuda.memory_stats() or the full OOM message"])
+        return Assessment(CLASS, 0.0, "", "no fragmentation or leak signal")
+    confidence = 0.75 if oom is not None else 0.6
+    if len(causes) > 1:
+        confidence += 0.1
+    if long_run:
+        confidence += 0.05
+    if phase.phase == "unknown" and oom is not None:
+        confidence -= 0.05
+    causes += detect(ctx, "known_engine_bug")
+    uptime_note = f" after {uptime / 3600:.1f} h of uptime" if long_run else ""
+    summary = f"Chronic OOM{uptime_note}: " + "; ".join(c.title for c in causes[:2])
+    if oom is None:
+        summary = "Chronic memory growth (no OOM line in the evidence yet): " + causes[0].title
+    evidence = ([oom] if oom else []) + [e for c in causes for e in c.evidence]
+    return Assessment(CLASS, round(min(confidence, 0.95), 2), summary, phase.why or "memory grew over time",
+                      evidence, causes, [])

@@ -1,0 +1,178 @@
+"""Facts derived once from the evidence, shared by every flowchart module.
+
+Modules stay small pure functions because the bookkeeping lives here: which record is the
+failure, which tracebacks belong to it, what the launch arguments were, the GPU's size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
+from ..model import Evidence, EvidenceSet
+
+_ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
+                 "server_args": 2, "engine config": 1}
+_FAILURE_TEXT_KINDS = {Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.EXCEPTION, Kind.TRACEBACK}
+_NEAR_LINES = 400
+
+
+@dataclass
+class Context:
+    ev: EvidenceSet
+    notes: list[str] = field(default_factory=list)
+    derived_anchor: Evidence | None = None     # set when the OOM is derived from numbers, not stated
+
+    # -- failures ------------------------------------------------------------------------------
+    @cached_property
+    def gpu_oom(self) -> list[Evidence]:
+        return _ordered(self.ev.of(*GPU_OOM_KINDS))
+
+    @cached_property
+    def not_gpu(self) -> list[Evidence]:
+        return _ordered(self.ev.of(*NOT_GPU_KINDS))
+
+    @cached_property
+    def other_failures(self) -> list[Evidence]:
+        """Failure lines that do not say what failed (wrappers, bare tracebacks, exceptions)."""
+        return _ordered(self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR))
+
+    @property
+    def any_failure(self) -> bool:
+        return bool(self.gpu_oom or self.not_gpu or self.other_failures)
+
+    @cached_property
+    def primary(self) -> Evidence | None:
+        """The GPU OOM the verdict is about: the earliest one (by time, then order)."""
+        if self.gpu_oom:
+            return self.gpu_oom[0]
+        return self.derived_anchor
+
+    def tracebacks_near(self, anchor: Evidence, span: int = _NEAR_LINES) -> list[Evidence]:
+        out = []
+        for tb in self.ev.of(Kind.TRACEBACK):
+            if tb.source != anchor.source:
+                continue
+            if anchor.line is None or tb.line is None or abs(tb.line - anchor.line) <= span:
+                out.append(tb)
+        return out
+
+    def frames_near(self, anchor: Evidence) -> list[tuple[str, int, str]]:
+        frames: list[tuple[str, int, str]] = []
+        for tb in self.tracebacks_near(anchor):
+            frames.extend(tuple(f) for f in tb.fields.get("frames", []))  # type: ignore[misc]
+        return frames
+
+    # -- launch configuration ------------------------------------------------------------------
+    @cached_property
+    def launch(self) -> list[Evidence]:
+        return self.ev.of(Kind.LAUNCH_CONFIG)
+
+    @cached_property
+    def args(self) -> dict[str, Any]:
+        """Launch arguments merged, the most direct source winning (command line > logged)."""
+        merged: dict[str, Any] = {}
+        for rec in sorted(self.launch, key=lambda e: _ARG_PRIORITY.get(str(e.fields.get("origin")), 0)):
+            args = rec.fields.get("args") or {}
+            if isinstance(args, dict):
+                merged.update(args)
+        if "max_seq_len" in merged and "max_model_len" not in merged:
+            merged["max_model_len"] = merged["max_seq_len"]
+        return merged
+
+    @cached_property
+    def argv(self) -> list[str] | None:
+        for rec in reversed(self.launch):
+            if rec.fields.get("argv"):
+                return list(rec.fields["argv"])
+        return None
+
+    @cached_property
+    def engine(self) -> str:
+        for rec in self.ev.of(Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STATS, Kind.KV_POOL_OOM, Kind.WARMUP_OOM):
+            engine = rec.fields.get("engine")
+            if engine:
+                return str(engine)
+        paths = " ".join(f[0] for tb in self.ev.of(Kind.TRACEBACK) for f in tb.fields.get("frames", []))
+        for name in ("sglang", "vllm", "text_generation_server", "lmdeploy"):
+            if f"/{name}/" in paths:
+                return "tgi" if name == "text_generation_server" else name
+        if self.ev.has(Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.KV_CACHE_INSUFFICIENT, Kind.ENGINE_DEAD,
+                       Kind.ENGINE_START_FAILED, Kind.PREEMPTION):
+            return "vllm"
+        return "unknown"
+
+    @cached_property
+    def version(self) -> str | None:
+        for rec in self.ev.of(Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG):
+            if rec.fields.get("version"):
+                return str(rec.fields["version"]).lstrip("v")
+        return None
+
+    @cached_property
+    def engine_mode(self) -> str | None:
+        """vLLM engine generation: "v1" or "v0", from the config line, prefixes or frames."""
+        for rec in self.launch:
+            mode = rec.fields.get("engine_mode")
+            if mode:
+                return str(mode).lower()
+        procs = {str(e.fields.get("process") or "") for e in self.ev}
+        if any(p.startswith(("EngineCore", "APIServer", "Worker_", "VllmWorker")) for p in procs if p):
+            return "v1"
+        frames = [f[0] for tb in self.ev.of(Kind.TRACEBACK) for f in tb.fields.get("frames", [])]
+        if any("/vllm/v1/" in f for f in frames):
+            return "v1"
+        if any("/vllm/engine/" in f or "/vllm/worker/" in f for f in frames):
+            return "v0"
+        if self.ev.has(Kind.PREEMPTION):
+            return "v0"
+        return None
+
+    # -- sizes ----------------------------------------------------------------------------------
+    @cached_property
+    def gpu_total_bytes(self) -> int | None:
+        for rec in self.ev.of(Kind.TORCH_OOM, Kind.FREE_MEMORY_LOW, Kind.MEMORY_PROFILE, Kind.GPU_MEMORY):
+            for key in ("capacity_bytes", "total_bytes", "total_gpu_memory_bytes"):
+                val = rec.fields.get(key)
+                if val:
+                    return int(val)
+        return None
+
+    @cached_property
+    def block_size(self) -> int:
+        try:
+            return int(self.args.get("block_size") or 16)
+        except (TypeError, ValueError):
+            return 16
+
+    def arg(self, *names: str) -> Any:
+        for name in names:
+            if name in self.args and self.args[name] not in (None, "None"):
+                return self.args[name]
+        return None
+
+    def last_before(self, kind: str, anchor: Evidence | None, source_only: bool = False) -> list[Evidence]:
+        """Records of `kind` that precede `anchor` (by time when both have one, else by order)."""
+        out = []
+        for rec in self.ev.of(kind):
+            if anchor is None or _before(rec, anchor, source_only):
+                out.append(rec)
+        return out
+
+
+def _before(rec: Evidence, anchor: Evidence, source_only: bool) -> bool:
+    if source_only and rec.source != anchor.source:
+        return False
+    if rec.time is not None and anchor.time is not None:
+        return rec.time <= anchor.time
+    if rec.source == anchor.source:
+        return rec.seq < anchor.seq
+    return True
+
+
+def _ordered(items: list[Evidence]) -> list[Evidence]:
+    timed = [e.time for e in items if e.time is not None]
+    if timed and len(timed) == len(items):
+        return sorted(items, key=lambda e: (e.time, e.seq))
+    return sorted(items, key=lambda e: e.seq)

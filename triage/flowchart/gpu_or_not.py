@@ -1,0 +1,103 @@
+"""Question 1: was this a GPU memory exhaustion at all?
+
+Host OOM kills (kernel, cgroup, Kubernetes OOMKilled/137, a child killed by SIGKILL), Xid
+faults, ECC errors, illegal memory accesses and NCCL failures look like "the server died of
+memory" on a dashboard but need a different response. A real GPU OOM (the allocator's message,
+a CUDA out-of-memory error, vLLM's start-up memory checks) is never dismissed as one of those:
+when both appear, only a hardware fault or host kill *before* the GPU OOM takes precedence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..evidence.kinds import Kind
+from ..model import Evidence
+from .context import Context
+
+QUESTION = "Is this a GPU out-of-memory failure?"
+
+# Signals that follow a GPU OOM as its consequences (teardown, peers timing out).
+_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value}
+_CONSEQUENCE_XIDS = {13, 31, 43, 45}
+
+
+@dataclass
+class GpuAnswer:
+    answer: str                     # "yes" | "no" | "no_failure" | "unclear"
+    why: str
+    evidence: list[Evidence] = field(default_factory=list)
+    overridden: list[Evidence] = field(default_factory=list)   # not-GPU signals set aside
+
+
+def assess(ctx: Context) -> GpuAnswer:
+    gpu, not_gpu = ctx.gpu_oom, ctx.not_gpu
+    if gpu:
+        first = gpu[0]
+        earlier = [e for e in not_gpu if _is_root_cause(e) and _strictly_before(e, first)]
+        if earlier:
+            return GpuAnswer("no", f"{_label(earlier[0])} happened before the GPU OOM, which followed from it",
+                             earlier[:3] + [first], [])
+        return GpuAnswer("yes", f"{_label(first)} at {first.where}", gpu[:3], not_gpu[:3])
+    if not_gpu:
+        return GpuAnswer("no", f"{_label(not_gpu[0])}, and no GPU out-of-memory message anywhere",
+                         not_gpu[:4])
+    if ctx.other_failures:
+        first = ctx.other_failures[0]
+        derived = _derived_kv_failure(ctx)
+        if derived is not None:
+            ctx.derived_anchor = derived
+            return GpuAnswer("yes", f"the engine failed ({first.where}) right after logging a KV cache too small for "
+                                    f"max_model_len ({derived.where}): vLLM's KV-cache check fails exactly there",
+                             [derived, first])
+        return GpuAnswer("unclear", f"a failure at {first.where}, but the evidence does not say what failed",
+                         ctx.other_failures[:3])
+    return GpuAnswer("no_failure", "no failure of any kind in the evidence")
+
+
+def _derived_kv_failure(ctx: Context) -> Evidence | None:
+    """A failure whose message is cut, after the log already showed max_model_len cannot fit."""
+    from .causes import kv_cache_blowout
+
+    cause = kv_cache_blowout(ctx)
+    return cause.evidence[0] if cause and cause.evidence else None
+
+
+def _is_root_cause(e: Evidence) -> bool:
+    if e.kind in _CONSEQUENCES:
+        return False
+    if e.kind == Kind.XID.value and e.fields.get("code") in _CONSEQUENCE_XIDS:
+        return False
+    return e.kind != Kind.HOST_MEMORY_GROWTH.value
+
+
+def _strictly_before(a: Evidence, b: Evidence) -> bool:
+    return a.time is not None and b.time is not None and a.time < b.time
+
+
+_LABELS = {
+    "torch_oom": "PyTorch's allocator reported CUDA out of memory",
+    "cuda_oom": "a CUDA out-of-memory error",
+    "kv_cache_insufficient": "vLLM's KV-cache capacity check failed",
+    "no_cache_blocks": "no GPU memory was left for KV-cache blocks",
+    "free_memory_low": "free GPU memory at start-up was below the utilisation budget",
+    "warmup_oom": "the start-up warm-up ran out of GPU memory",
+    "load_model_oom": "loading the weights ran out of GPU memory",
+    "kv_pool_oom": "the KV token pool could not fit the batch",
+    "host_oom_kill": "the kernel OOM killer killed a process (host RAM)",
+    "oom_killed": "the container was OOMKilled (host RAM limit, exit 137)",
+    "child_killed": "an engine/worker process was killed by SIGKILL (-9)",
+    "xid": "an NVIDIA Xid event",
+    "illegal_memory_access": "an illegal memory access (a kernel fault, not exhaustion)",
+    "ecc_error": "an uncorrectable ECC error (hardware)",
+    "gpu_lost": "the GPU fell off the bus (hardware)",
+    "nccl_error": "an NCCL collective failure",
+    "cuda_error": "a CUDA error that is not out-of-memory",
+    "host_memory_growth": "host process memory (RSS) growth",
+}
+
+
+def _label(e: Evidence) -> str:
+    base = _LABELS.get(e.kind, e.kind)
+    if e.kind == "xid" and e.fields.get("code") is not None:
+        base = f"NVIDIA Xid {e.fields['code']}"
+    return base

@@ -1,0 +1,33 @@
+"""No OOM: the evidence shows a server working normally and no failure of any kind.
+
+**Signature**: start-up lines that complete (weights loaded, KV cache sized, graphs captured,
+routes up) and/or serving lines (requests, stats), with no error.
+**Not to be confused with**: an excerpt with nothing recognisable at all — that is `unknown`,
+since the failure may simply not be in it.
+"""
+from __future__ import annotations
+
+from ..evidence.kinds import HEALTHY_KINDS, Kind
+from ..model import OomClass
+from .base import Assessment
+from .context import Context
+
+CLASS = OomClass.NO_OOM
+
+
+def assess(ctx: Context) -> Assessment:
+    if ctx.any_failure:
+        return Assessment(CLASS, 0.0, "", "a failure is in the evidence")
+    healthy = [e for e in ctx.ev if e.kind in {k.value for k in HEALTHY_KINDS}]
+    if not healthy:
+        return Assessment(CLASS, 0.0, "", "nothing recognisable in the evidence")
+    served = [e for e in healthy if e.kind in (Kind.REQUEST_SERVED.value, Kind.STATS.value)]
+    complete = [e for e in healthy if e.kind == Kind.STARTUP_COMPLETE.value]
+    if served:
+        why, conf = f"the server was serving ({len(served)} request/stats lines) and nothing failed", 0.85
+    elif complete:
+        why, conf = "start-up completed normally and nothing failed", 0.8
+    else:
+        why, conf = "start-up was progressing normally (no error in the excerpt)", 0.7
+    key = (served or complete or healthy)
+    return Assessment(CLASS, conf, "No OOM: " + why, why, [key[0], key[-1]] if len(key) > 1 else key[:1])

@@ -1,0 +1,108 @@
+"""Question 2: did it fail before the engine was serving?
+
+Decided by, in order: vLLM's own start-up checks (they only run at start-up); the stack
+frames around the failure (weight loading, profiling, KV-cache sizing, warm-up and graph
+capture are start-up; the engine's step/execute loop is serving); the log's lifecycle before
+the failure (start-up lines only, or requests/stats already seen); the engine's own wrapper
+("failed to start" vs "encountered a fatal error"). Model-forward frames alone do not decide:
+the profiling pass runs the same forward as a request.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
+from ..model import Evidence
+from .context import Context
+
+QUESTION = "Did it fail before the engine was serving?"
+
+# Function names that only run while a server starts (vLLM V0/V1, SGLang, TGI, HF loaders).
+STARTUP_FUNCS = frozenset({
+    "load_model", "load_weights", "_load_weights", "process_weights_after_loading", "initialize_model",
+    "_initialize_model", "make_layers", "get_model", "profile_run", "_dummy_sampler_run", "_dummy_pooler_run",
+    "determine_available_memory", "determine_num_available_blocks", "initialize_cache", "_initialize_kv_caches",
+    "initialize_kv_cache", "initialize_kv_cache_tensors", "init_device", "request_memory", "capture_model",
+    "_capture_cudagraphs", "compile_or_warm_up_model", "from_engine_args", "_init_executor", "init_worker",
+    "load_model_on_gpus", "dispatch_model", "init_memory_pool", "warmup", "Warmup", "_warmup", "from_pretrained",
+    "_init_engine", "init_model", "load_state_dict", "_allocate_kv_cache", "_init_cache", "init_cuda_graphs",
+    "graph_capture", "capture", "profile", "init_torch_distributed", "run_profile",
+})
+# Function names of the serving loop: a request was being executed.
+RUNTIME_FUNCS = frozenset({
+    "step", "step_async", "engine_step", "run_busy_loop", "_process_engine_step", "run_engine_loop",
+    "start_worker_execution_loop", "execute_model_async", "forward_thread_func", "event_loop_normal",
+    "event_loop_overlap", "run_batch", "_run_engine", "generate", "_execute_model_spmd", "execute_dummy_batch",
+    "process_batch_result", "sample_tokens", "_run_workers", "run_step", "step_with_batch_queue",
+    "_handle_client_request", "Decode", "Prefill", "decode", "prefill", "output_handler", "execute_model",
+})
+# execute_model also runs inside V0's profile_run; a start-up frame anywhere outranks it.
+_REPACK = re.compile(r"repack", re.IGNORECASE)
+
+
+@dataclass
+class PhaseAnswer:
+    phase: str                      # "startup" | "runtime" | "unknown"
+    why: str
+    strength: float                 # how direct the deciding evidence is (0..1)
+    evidence: list[Evidence] = field(default_factory=list)
+    uptime_s: float | None = None
+
+
+def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
+    checks = [e for e in ctx.gpu_oom if e.kind in {k.value for k in STARTUP_CHECK_KINDS}]
+    if checks:
+        return PhaseAnswer("startup", f"vLLM's start-up memory check failed ({checks[0].kind} at {checks[0].where})",
+                           0.95, checks[:2])
+    tbs = ctx.tracebacks_near(anchor)
+    frames = ctx.frames_near(anchor)
+    start_frames = [f for f in frames if _is_startup_frame(f)]
+    if start_frames:
+        f = start_frames[0]
+        return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {_short(f[0])})", 0.85, tbs[:2])
+    run_frames = [f for f in frames if f[2] in RUNTIME_FUNCS]
+    if run_frames:
+        f = run_frames[0]
+        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {_short(f[0])})", 0.75,
+                           tbs[:2], _uptime(anchor))
+    life = str(anchor.fields.get("phase") or "unknown")
+    if life == "serving":
+        served = ctx.last_before(Kind.REQUEST_SERVED.value, anchor, True) + ctx.last_before(Kind.STATS.value, anchor, True)
+        return PhaseAnswer("runtime", "the server had already served requests before the failure", 0.8,
+                           sorted(served, key=lambda e: e.seq)[-1:], _uptime(anchor))
+    if life == "ready":
+        ready = ctx.last_before(Kind.STARTUP_COMPLETE.value, anchor, True)
+        return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", 0.6, ready[-1:],
+                           _uptime(anchor))
+    if life == "starting":
+        marks = [e for e in ctx.ev if e.source == anchor.source and e.seq < anchor.seq
+                 and e.kind in ("weights_loaded", "memory_profile", "kv_capacity", "startup_begin", "launch_config")]
+        return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)", 0.75,
+                           marks[-1:])
+    dead = ctx.ev.of(Kind.ENGINE_DEAD)
+    failed = ctx.ev.of(Kind.ENGINE_START_FAILED)
+    if failed and not dead:
+        return PhaseAnswer("startup", f"the engine reported it failed to start ({failed[0].where})", 0.8, failed[:1])
+    if dead and not failed:
+        return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it was serving", 0.75, dead[:1])
+    return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", 0.0, tbs[:1])
+
+
+def _is_startup_frame(frame: tuple[str, int, str]) -> bool:
+    path, _, func = frame
+    if func in STARTUP_FUNCS or _REPACK.search(func):
+        return True
+    # Constructors of the engine and of model layers run once, at start-up.
+    norm = path.replace("\\", "/")
+    return func == "__init__" and ("/model_executor/" in norm or "/engine/" in norm or "/executor/" in norm
+                                   or "/worker/" in norm or norm.endswith("entrypoints/llm.py"))
+
+
+def _uptime(anchor: Evidence) -> float | None:
+    up = anchor.fields.get("uptime_s")
+    return float(up) if isinstance(up, (int, float)) else None
+
+
+def _short(path: str) -> str:
+    return "/".join(path.replace("\\", "/").split("/")[-2:])

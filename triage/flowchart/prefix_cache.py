@@ -1,0 +1,80 @@
+"""Prefix-cache OOM: cached prefix blocks crowd out the live KV cache.
+
+**Signature**: prefix caching on; a low hit rate (below ~30%: the cache holds prefixes nobody
+reuses); KV usage growing with request count; or a token-pool OOM while most of the pool is
+held by evictable cached prefixes that were not evicted (SGLang radix cache). Versions with a
+known prefix-cache leak make it more likely.
+**Not to be confused with**: illegal memory accesses that only happen with prefix caching on
+(those are faults: not_gpu_oom), and a plain burst (high hit rate, load spike).
+**Recovery**: runbooks/prefix_cache.yaml
+"""
+from __future__ import annotations
+
+from ..evidence.kinds import Kind
+from ..model import Cause, Evidence, OomClass
+from .base import Assessment, pct
+from .causes import detect
+from .context import Context
+from .knowledge import prefix_caching_enabled
+from .phase import PhaseAnswer
+
+CLASS = OomClass.PREFIX_CACHE
+LOW_HIT_RATE = 0.30
+EVICTABLE_SHARE = 0.5
+
+
+def pool_not_evicted(ctx: Context) -> Cause | None:
+    for rec in ctx.ev.of(Kind.KV_POOL_OOM):
+        f = rec.fields
+        avail, free, evictable = f.get("available_tokens"), f.get("free_tokens"), f.get("evictable_tokens")
+        if avail and evictable is not None and free is not None and evictable >= EVICTABLE_SHARE * avail:
+            return Cause("prefix_cache_pressure",
+                         f"Prefix cache held the pool: {evictable} of {avail} tokens were cached prefixes, only {free} free",
+                         (rec,), f"the batch needed {f.get('requested_tokens', '?')} tokens; the cache was not evicted")
+    return None
+
+
+def low_hit_rate(ctx: Context, anchor: Evidence | None) -> tuple[float, Evidence] | None:
+    rates = [(s.fields["prefix_hit_rate"], s) for s in ctx.last_before(Kind.STATS.value, anchor)
+             if s.fields.get("prefix_hit_rate") is not None][-10:]
+    rates += [(m.fields["value"], m) for m in ctx.last_before(Kind.METRIC.value, anchor)
+              if m.fields.get("name") == "prefix_cache_hit_rate" and (m.fields.get("value") or -1) >= 0][-5:]
+    if not rates:
+        return None
+    avg = sum(r for r, _ in rates) / len(rates)
+    return (avg, rates[-1][1]) if avg < LOW_HIT_RATE else None
+
+
+def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
+    if phase.phase == "startup":
+        return Assessment(CLASS, 0.0, "", "it failed during start-up")
+    oom = ctx.primary
+    pool = pool_not_evicted(ctx)
+    if pool is not None:
+        causes = [pool] + detect(ctx, "known_engine_bug")
+        return Assessment(CLASS, 0.8, f"Prefix-cache OOM: {pool.title}", pool.detail, [*pool.evidence], causes, [])
+    enabled = prefix_caching_enabled(ctx)
+    if not enabled or oom is None:
+        return Assessment(CLASS, 0.0, "", "prefix caching is off or unknown" if not enabled else "no OOM")
+    low = low_hit_rate(ctx, oom)
+    bug = detect(ctx, "known_engine_bug")
+    prefix_bug = [c for c in bug if "prefix" in c.title.lower()]
+    if low is None and not prefix_bug:
+        return Assessment(CLASS, 0.0, "", "prefix caching is on but its hit rate is not low")
+    causes: list[Cause] = []
+    evidence: list[Evidence] = [oom]
+    confidence = 0.45
+    if low is not None:
+        causes.append(Cause("prefix_cache_pressure",
+                            f"Prefix cache thrashing: hit rate {pct(low[0])} (below {LOW_HIT_RATE:.0%}) with caching on",
+                            (low[1],), "cached prefixes are rarely reused but keep their KV blocks"))
+        evidence.append(low[1])
+        confidence = 0.7
+    causes += bug
+    if prefix_bug:
+        confidence += 0.15
+    if phase.phase == "unknown":
+        confidence -= 0.1
+    summary = "Prefix-cache OOM: " + "; ".join(c.title for c in causes[:2])
+    attach = [] if low is not None else ["stats lines or /metrics with the prefix-cache hit rate"]
+    return Assessment(CLASS, round(min(confidence, 0.92), 2), summary, phase.why, evidence, causes, attach)

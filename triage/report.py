@@ -1,0 +1,66 @@
+"""Verdict -> the stable `triage.verdict/v1` JSON object (evidence indexed, times in UTC)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .model import Evidence, Verdict
+
+SCHEMA_ID = "triage.verdict/v1"
+
+
+def to_json(verdict: Verdict) -> dict[str, Any]:
+    index: dict[int, int] = {}
+    table: list[dict[str, Any]] = []
+
+    def ref(items) -> list[int]:
+        out = []
+        for e in items:
+            if e.seq not in index:
+                index[e.seq] = len(table)
+                table.append(_evidence(e))
+            if index[e.seq] not in out:
+                out.append(index[e.seq])
+        return out
+
+    path = [{"question": s.question, "answer": s.answer, "why": s.why, "evidence": ref(s.evidence)}
+            for s in verdict.path]
+    summary_refs = ref(verdict.evidence)
+    causes = [{"id": c.id, "title": c.title, **({"detail": c.detail} if c.detail else {}), "evidence": ref(c.evidence)}
+              for c in verdict.causes]
+    return {
+        "schema": SCHEMA_ID,
+        "verdict": {"class": verdict.oom_class.value, "confidence": round(float(verdict.confidence), 2),
+                    "summary": verdict.summary, "evidence": summary_refs},
+        "causes": causes,
+        "path": path,
+        "evidence": table,
+        "facts": _clean(verdict.facts),
+        "recommendations": [
+            {"setting": r.setting, "from": _clean(r.from_value), "to": _clean(r.to_value), "why": r.why,
+             "basis": r.basis, **({"env": True} if r.env else {})}
+            for r in verdict.recommendations],
+        "command": verdict.command,
+        "runbook": verdict.runbook,
+        "attach": list(verdict.attach),
+    }
+
+
+def _evidence(e: Evidence) -> dict[str, Any]:
+    return {"source": e.source, "line": e.line, "time": iso(e.time), "kind": e.kind, "text": e.text}
+
+
+def iso(t) -> str | None:
+    return t.isoformat().replace("+00:00", "Z") if t is not None else None
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy (tuples -> lists, datetimes -> ISO strings)."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return iso(value)
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    return value

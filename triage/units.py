@@ -1,0 +1,45 @@
+"""Byte sizes as logs print them. The only place units are parsed or formatted."""
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "b": 1, "byte": 1, "bytes": 1,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    # vLLM prints GiB values with a "GB" label in several versions ("took 14.9888 GB" is /2**30),
+    # and nvidia-smi's "MiB" is binary too; decimal units are accepted as written.
+    "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
+}
+
+SIZE_RE = re.compile(r"(?P<num>\d+(?:[.,]\d+)*)\s*(?P<unit>[KMGT]i?B|bytes?|B)\b", re.IGNORECASE)
+
+
+def parse_size(text: str, *, gb_is_gib: bool = False) -> int | None:
+    """'17.40 GiB' -> bytes. None when the text holds no size."""
+    m = SIZE_RE.search(text)
+    if not m:
+        return None
+    return size_from(m.group("num"), m.group("unit"), gb_is_gib=gb_is_gib)
+
+
+def size_from(num: str, unit: str, *, gb_is_gib: bool = False) -> int:
+    value = float(num.replace(",", ""))
+    key = unit.lower()
+    if gb_is_gib and key in ("kb", "mb", "gb", "tb"):
+        key = key[0] + "ib"
+    return int(round(value * _UNITS[key]))
+
+
+def gib(value: float) -> int:
+    return int(round(value * (1 << 30)))
+
+
+def format_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "?"
+    n = float(n)
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} bytes"
