@@ -123,6 +123,14 @@ class LogScanner:
                     or any(c in msg for c in _CHAIN):
                 return  # source code / caret lines inside a traceback
 
+        if stripped.startswith(("vllm:", "DCGM_", "dcgm_")):
+            from .prometheus import sample_records
+
+            found = sample_records(self.src, self.ctx, stripped, lineno, log.time)
+            self.records += len(found)
+            yield from found
+            if found:
+                return
         matches = match_message(msg)
         exc = _EXCEPTION.match(stripped)
         if tb is not None and tb.open and (exc or matches) and tb.frames:

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
+from ..evidence.signatures import literal
 from ..model import Evidence, EvidenceSet
 
 _ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
@@ -73,6 +74,13 @@ class Context:
     def args(self) -> dict[str, Any]:
         """Launch arguments merged, the most direct source winning (command line > logged)."""
         merged: dict[str, Any] = {}
+        # vLLM's cache_config_info metric carries the cache settings as labels: the weakest source.
+        for rec in self.ev.of(Kind.METRIC):
+            if rec.fields.get("name") == "cache_config":
+                for key, raw in (rec.fields.get("labels") or {}).items():
+                    if key in ("gpu_memory_utilization", "block_size", "enable_prefix_caching", "num_gpu_blocks",
+                               "cache_dtype", "swap_space_bytes", "cpu_offload_gb"):
+                        merged[key] = literal(raw)
         for rec in sorted(self.launch, key=lambda e: _ARG_PRIORITY.get(str(e.fields.get("origin")), 0)):
             args = rec.fields.get("args") or {}
             if isinstance(args, dict):

@@ -1,0 +1,170 @@
+"""/metrics scrapes (vLLM V0/V1 names, DCGM exporter) through prometheus-client's own parser.
+
+One file is one scrape; several scrape files (metrics/2026-03-12T14-16-00Z.prom, ...) make a
+time series. Only the series triage reasons about become records, under one vocabulary across
+versions (V0 `gpu_cache_usage_perc` and V1 `kv_cache_usage_perc` are both `kv_cache_usage`).
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from ..errors import BadInput
+from ..model import Evidence
+from ..timeref import parse_iso
+from .base import MAX_JSON_BYTES, InputFile, ParseContext
+from .kinds import Kind
+
+NAME = "prometheus"
+
+# exposed sample name -> concept
+CONCEPTS = {
+    "vllm:gpu_cache_usage_perc": "kv_cache_usage",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:cpu_cache_usage_perc": "cpu_kv_cache_usage",
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:num_requests_swapped": "requests_swapped",
+    "vllm:num_preemptions_total": "preemptions_total",
+    "vllm:gpu_prefix_cache_hit_rate": "prefix_cache_hit_rate",
+    "vllm:gpu_prefix_cache_queries_total": "prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_hits_total": "prefix_cache_hits_total",
+    "vllm:prefix_cache_queries_total": "prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total": "prefix_cache_hits_total",
+    "vllm:request_success_total": "request_success_total",
+    "vllm:cache_config_info": "cache_config",
+    "DCGM_FI_DEV_FB_USED": "fb_used_mib",
+    "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
+    "DCGM_FI_DEV_FB_RESERVED": "fb_reserved_mib",
+    "DCGM_FI_DEV_XID_ERRORS": "xid_last",
+    "dcgm_fb_used": "fb_used_mib",
+    "dcgm_fb_free": "fb_free_mib",
+    "dcgm_xid_errors": "xid_last",
+}
+_SAMPLE_LINE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|NaN|Inf)(?:\s+-?\d+)?\s*$")
+_STAMP_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})[T_ ](\d{2})[-:](\d{2})[-:](\d{2})(Z)?")
+
+
+def sniff(head: bytes, name: str) -> int:
+    text = head.decode("utf-8", errors="replace")
+    lines = [ln for ln in text.splitlines()[:200] if ln.strip()]
+    if not lines:
+        return 0
+    typed = sum(1 for ln in lines if ln.startswith(("# HELP ", "# TYPE ")))
+    samples = sum(1 for ln in lines if _SAMPLE_LINE.match(ln))
+    if typed and samples and (typed + samples) >= 0.8 * len(lines):
+        return 80
+    if samples >= 3 and samples >= 0.8 * len(lines):
+        return 60
+    return 0
+
+
+def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with src.open() as fh:
+        blob = fh.read(MAX_JSON_BYTES + 1)
+    if len(blob) > MAX_JSON_BYTES:
+        raise BadInput(src.display, f"metrics scrape larger than {MAX_JSON_BYTES >> 20} MiB")
+    text = blob.decode("utf-8", errors="replace")
+    when = scrape_time(src)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as exc:
+        # A pasted excerpt may hold stray lines: keep the ones the parser accepts, one by one.
+        families = []
+        good = 0
+        for line in text.splitlines():
+            if _SAMPLE_LINE.match(line):
+                try:
+                    families.extend(text_string_to_metric_families(line + "\n"))
+                    good += 1
+                except (ValueError, TypeError, IndexError):
+                    continue
+        if not good:
+            raise BadInput(src.display, f"not a valid Prometheus exposition ({exc})") from None
+    line_of = _line_index(text)
+    framebuffer: dict[tuple, dict[str, Any]] = {}
+    for fam in families:
+        for s in fam.samples:
+            yield from _records(src, ctx, s.name, dict(s.labels), s.value, s.timestamp, when, line_of)
+            concept = CONCEPTS.get(s.name, "")
+            if concept.startswith("fb_"):
+                labels = dict(s.labels)
+                key = (labels.get("Hostname") or labels.get("hostname"), labels.get("gpu"), labels.get("UUID"))
+                framebuffer.setdefault(key, {"labels": labels, "line": line_of.get(s.name)})[concept] = s.value
+    yield from _framebuffer(src, ctx, framebuffer, when)
+
+
+def _framebuffer(src: InputFile, ctx: ParseContext, fb: dict[tuple, dict[str, Any]],
+                 when: datetime | None) -> Iterator[Evidence]:
+    """DCGM's used/free/reserved (MiB) per GPU -> one GPU_MEMORY reading with its total."""
+    for (host, gpu, uuid), v in fb.items():
+        used = v.get("fb_used_mib")
+        if used is None:
+            continue
+        parts = [v.get(k) for k in ("fb_used_mib", "fb_free_mib", "fb_reserved_mib")]
+        total = int(sum(p for p in parts if p is not None)) << 20 if v.get("fb_free_mib") is not None else None
+        yield ctx.evidence(src, v["line"], Kind.GPU_MEMORY,
+                           f"DCGM framebuffer GPU {gpu}{' on ' + host if host else ''}: {int(used)} MiB used",
+                           time=when, source="dcgm", used_bytes=int(used) << 20, total_bytes=total,
+                           free_bytes=int(v["fb_free_mib"]) << 20 if v.get("fb_free_mib") is not None else None,
+                           gpu=gpu, uuid=uuid, host=host, name=v["labels"].get("modelName"))
+
+
+def sample_records(src: InputFile, ctx: ParseContext, line: str, lineno: int, when: datetime | None) -> list[Evidence]:
+    """A single exposition line found inside a text paste (e.g. a corpus metrics.txt)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        fams = list(text_string_to_metric_families(line.strip() + "\n"))
+    except (ValueError, TypeError, IndexError):
+        return []
+    out: list[Evidence] = []
+    for fam in fams:
+        for s in fam.samples:
+            out.extend(_records(src, ctx, s.name, dict(s.labels), s.value, s.timestamp, when, {s.name: lineno}))
+    return out
+
+
+def _records(src: InputFile, ctx: ParseContext, name: str, labels: dict[str, str], value: float,
+             stamp: Any, when: datetime | None, line_of: dict[str, int]) -> Iterator[Evidence]:
+    concept = CONCEPTS.get(name)
+    if concept is None:
+        return
+    t = when
+    if stamp is not None:
+        try:
+            t = datetime.fromtimestamp(float(stamp), tz=timezone.utc)
+        except (OverflowError, ValueError, OSError, TypeError):
+            t = when
+    label_text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    text = f"{name}{{{label_text}}} {value}"
+    line = line_of.get(name)
+    fields: dict[str, Any] = {"name": concept, "metric": name, "value": value, "labels": labels}
+    if concept == "prefix_cache_hit_rate" and value < 0:
+        fields["disabled"] = True
+    yield ctx.evidence(src, line, Kind.METRIC, text, time=t, **fields)
+    if concept == "xid_last" and value and value > 0:
+        yield ctx.evidence(src, line, Kind.XID, f"DCGM last Xid {int(value)} on GPU {labels.get('gpu')}", time=t,
+                           code=int(value), pci=labels.get("pci_bus_id"), detail="reported by dcgm-exporter")
+
+
+def scrape_time(src: InputFile) -> datetime | None:
+    """A scrape's time: from its name (metrics/2026-03-12T14-16-00Z.prom), else unknown."""
+    m = _STAMP_IN_NAME.search(src.name)
+    if not m:
+        return None
+    return parse_iso(f"{m.group(1)}T{m.group(2)}:{m.group(3)}:{m.group(4)}Z")
+
+
+def _line_index(text: str) -> dict[str, int]:
+    """First line number of each sample name (citations point at the series)."""
+    out: dict[str, int] = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        m = _SAMPLE_LINE.match(line)
+        if m and m.group("name") not in out:
+            out[m.group("name")] = i
+    return out
