@@ -126,8 +126,13 @@ def render_eval(report, *, verbose: bool = False, console: Console | None = None
     for col in ("class", "n", "precision", "recall"):
         table.add_column(col, justify="right" if col != "class" else "left")
     for cls, row in report.per_class().items():
+        if cls == "unknown":
+            continue
         table.add_row(cls, str(row["support"]), _pct(row["precision"]), _pct(row["recall"]))
     out.print(table)
+    unknowns = [c for c in report.cases if c.answer == "unknown"]
+    out.print(f"answered unknown: {len(unknowns)} ({sum(c.acceptable for c in unknowns)} on cases marked "
+              "insufficient, where unknown is an acceptable answer)")
     out.print(f"accuracy (exact label): {_pct(report.accuracy)}   "
               f"acceptable (label, or unknown where insufficient): {_pct(report.acceptable_rate)}")
     out.print(f"GPU/not-GPU misroutes: {report.misroutes}   confident wrong answers: {report.wrong}")

@@ -83,9 +83,11 @@ class InputFile:
         if len(blob) > MAX_JSON_BYTES:
             raise BadInput(self.display, f"JSON larger than {MAX_JSON_BYTES >> 20} MiB")
         try:
-            return json.loads(blob.decode("utf-8", errors="replace"))
+            # utf-8-sig: tools on Windows write a BOM that json.loads rejects.
+            return json.loads(blob.decode("utf-8-sig", errors="replace"))
         except json.JSONDecodeError as exc:
-            what = "truncated JSON" if exc.pos >= len(blob.rstrip()) - 1 else "invalid JSON"
+            cut = exc.pos >= len(blob.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
+            what = "truncated JSON" if cut else "invalid JSON"
             raise BadInput(self.display, f"{what} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
 
 

@@ -16,6 +16,7 @@ class Kind(str, Enum):
     MAX_CONCURRENCY = "max_concurrency"        # tokens_per_request, concurrency
     AVAILABLE_KV_MEMORY = "available_kv_memory"
     GRAPH_CAPTURE = "graph_capture"            # seconds, graph_bytes
+    STARTUP_STEP = "startup_step"              # profiling, compiling, capturing graphs: still starting
     STARTUP_COMPLETE = "startup_complete"      # engine initialised / API server listening
     # --- lifecycle: serving --------------------------------------------------------------
     REQUEST_SERVED = "request_served"          # an access-log line (method, path, status)
@@ -48,6 +49,8 @@ class Kind(str, Enum):
     NCCL_ERROR = "nccl_error"
     CUDA_ERROR = "cuda_error"                  # another CUDA/cuBLAS failure (not OOM)
     HOST_MEMORY_GROWTH = "host_memory_growth"  # process RSS / anonymous memory growing
+    HOST_MEMORY_EXHAUSTED = "host_memory_exhausted"  # a host (CPU) allocation failed: ENOMEM, bad_alloc
+    PROCESS_CRASH = "process_crash"            # segfault, stack overflow, abort by signal
     # --- readings ------------------------------------------------------------------------
     GPU_MEMORY = "gpu_memory"                  # per-GPU used/total (nvidia-smi, NVML, DCGM)
     GPU_PROCESS = "gpu_process"                # a process holding GPU memory
@@ -60,7 +63,7 @@ class Kind(str, Enum):
 #: Kinds that prove a GPU memory exhaustion happened.
 GPU_OOM_KINDS = frozenset({
     Kind.TORCH_OOM, Kind.CUDA_OOM, Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS,
-    Kind.FREE_MEMORY_LOW, Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.KV_POOL_OOM,
+    Kind.FREE_MEMORY_LOW, Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.KV_POOL_OOM, Kind.PROFILING_ERROR,
 })
 
 #: vLLM's own start-up memory checks: each one is a start-up failure by construction.
@@ -73,11 +76,12 @@ STARTUP_CHECK_KINDS = frozenset({
 NOT_GPU_KINDS = frozenset({
     Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH,
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").
 HEALTHY_KINDS = frozenset({
     Kind.WEIGHTS_LOADED, Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.MAX_CONCURRENCY,
-    Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE, Kind.STARTUP_COMPLETE, Kind.REQUEST_SERVED,
+    Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE, Kind.STARTUP_STEP, Kind.STARTUP_COMPLETE, Kind.REQUEST_SERVED,
     Kind.STATS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN,
 })

@@ -34,12 +34,13 @@ _NON_SERVING_PATHS = ("/health", "/metrics", "/v1/models", "/ping", "/version", 
 
 _LIFECYCLE_RESET = {Kind.STARTUP_BEGIN, Kind.ENGINE_VERSION, Kind.WEIGHTS_LOADED}
 _STARTUP_PROGRESS = {Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.MAX_CONCURRENCY,
-                     Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE}
+                     Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE, Kind.STARTUP_STEP}
 _FAILURE_KINDS = {
     Kind.TORCH_OOM, Kind.CUDA_OOM, Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS, Kind.FREE_MEMORY_LOW,
     Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.PROFILING_ERROR, Kind.KV_POOL_OOM, Kind.ENGINE_START_FAILED,
     Kind.ENGINE_DEAD, Kind.TRACEBACK, Kind.EXCEPTION, Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED,
     Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS, Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH,
 }
 
 
@@ -80,6 +81,7 @@ class LogScanner:
         self.last_time: datetime | None = None
         self.tracebacks: dict[Any, _Traceback] = {}
         self.pending: _Pending | None = None
+        self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
 
     # -- public -------------------------------------------------------------------------------
@@ -91,6 +93,9 @@ class LogScanner:
                 self.lifecycle_start = log.time
         msg = log.message
         stripped = msg.strip()
+        if self.summary is not None or "PyTorch CUDA memory summary" in msg:
+            if (yield from self._summary_line(lineno, log, msg)):
+                return
         if self.pending is not None:
             done = yield from self._continue_pending(lineno, log, stripped)
             if not done:
@@ -151,6 +156,8 @@ class LogScanner:
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
 
     def finish(self) -> Iterator[Evidence]:
+        if self.summary is not None:
+            yield from self._summary_line(0, parse_line("", self.ctx.times), "")
         if self.pending is not None:
             p, self.pending = self.pending, None
             yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
@@ -160,6 +167,23 @@ class LogScanner:
                 yield from self._close_traceback(key, None, None, None)
 
     # -- internals ----------------------------------------------------------------------------
+    def _summary_line(self, lineno: int, log: LogLine, msg: str) -> Iterator[Evidence]:
+        """Collect a memory_summary() table (about 40 '|' lines); True while the line was part of it."""
+        if self.summary is None:
+            self.summary = (lineno, [msg])
+            return True
+        start, lines = self.summary
+        if msg.strip().startswith(("|", "=", "-")) and len(lines) < 80:
+            lines.append(msg)
+            return True
+        self.summary = None
+        from .memory_stats import parse_summary_lines
+
+        fields = parse_summary_lines(lines)
+        if fields:
+            yield self._record(start, log.time, Kind.MEMORY_STATS, "torch.cuda.memory_summary() table", fields)
+        return False
+
     def _continue_pending(self, lineno: int, log: LogLine, stripped: str) -> Iterator[Evidence]:
         """Join wrapped continuation lines of a failure message. Returns True when done."""
         p = self.pending

@@ -309,6 +309,11 @@ SIGNATURES: tuple[Signature, ...] = (
           r"|oom-kill:constraint=\w+.*?task=(?P<task>[^,]+),pid=(?P<tpid>\d+)|System OOM encountered|oom_reaper: reaped process)"),
        lambda m, msg: {**_host_kill(m, msg), "pid": _int(m.group("pid") or m.group("pid2") or m.group("tpid")),
                        "process": m.group("comm") or m.group("comm2") or m.group("task")}, final=True),
+    # Host (CPU) memory exhaustion that is not a kill: ENOMEM, bad_alloc, Ray's node-memory monitor.
+    _S(Kind.HOST_MEMORY_EXHAUSTED, ("Cannot allocate memory", "can't allocate memory", "bad_alloc", "MemoryError",
+                                    "low on memory", "low on resource: memory"),
+       _R(r"Cannot allocate memory|DefaultCPUAllocator: can't allocate memory|std::bad_alloc|ray\.exceptions\.OutOfMemoryError"
+          r"|running low on memory|low on resource: memory|^(?:[\w.]+\.)?MemoryError\b"), final=True),
     _S(Kind.OOM_KILLED, ("OOMKilled", "137"),
        _R(r"\bOOMKilled\b|Exited \(137\)|exit(?:ed with)? code:? 137\b|exitCode\"?:\s*137\b")),
     _S(Kind.XID, ("Xid",), _R(r"S?Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): (\d+),\s*(.*)"), _xid),
@@ -319,6 +324,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # An NCCL failure that reports a CUDA OOM is a GPU OOM (matched below), not an NCCL fault.
     _S(Kind.NCCL_ERROR, ("NCCL", "nccl"),
        _R(r"^(?!.*out of memory).*(?:NCCL error|nccl\w*Error|Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:[Tt]imeout|failed)|NCCL WARN|NCCL communicator was aborted)")),
+    _S(Kind.PROCESS_CRASH, ("Segmentation fault", "SIGSEGV", "stack overflow", "Bus error", "SIGBUS"),
+       _R(r"Segmentation fault|SIGSEGV|[Ss]tack overflow|Bus error|SIGBUS"), lambda m, msg: {"signal": m.group(0)}),
+    _S(Kind.CHILD_KILLED, ("Killed",), _R(r"^Killed$"), lambda m, msg: {"process": None, "exit_code": -9}),
     _S(Kind.CHILD_KILLED, ("-9",),
        _R(r"(?P<name>[\w:-]+(?: proc)?\s*\S*) died (?:unexpectedly )?(?:\(exit code: -9\)|with exit code -9)|exitcode=-9|(?P<name2>'[\w]+')\s*:\s*-9\b"),
        lambda m, msg: {"process": m.group("name") or m.group("name2"), "exit_code": -9}),
@@ -339,14 +347,20 @@ SIGNATURES: tuple[Signature, ...] = (
     _S(Kind.WARMUP_OOM, ("Not enough memory to handle",), _R(r"Not enough memory to handle (\d+) prefill tokens"), _tgi_warmup),
     _S(Kind.LOAD_MODEL_OOM, ("Failed to load model - not enough GPU memory",), _R(r"Failed to load model - not enough GPU memory")),
     _S(Kind.PROFILING_ERROR, ("Error in memory profiling",), _R(r"Error in memory profiling")),
-    _S(Kind.KV_POOL_OOM, ("out of memory",), _R(r"\b(Prefill|Decode) out of memory"), _kv_pool),
+    # SGLang: "Decode out of memory happened" retracts requests (a preemption); "Prefill out of
+    # memory" raises and kills the scheduler.
+    _S(Kind.PREEMPTION, ("out of memory happened", "Retract requests"),
+       _R(r"(?:Decode|Prefill) out of memory happened|KV cache pool is full\. Retract requests"),
+       lambda m, msg: {"engine": "sglang", "mode": "retract"}),
+    _S(Kind.KV_POOL_OOM, ("out of memory",), _R(r"\b(Prefill|Decode) out of memory(?!\s+happened)"), _kv_pool),
     # The allocator's message with its numbers.
     _S(Kind.TORCH_OOM, ("out of memory", "Out of memory"), OOM_START, _torch_oom),
     # Raw CUDA/driver OOMs (no allocator breakdown).
     _S(Kind.CUDA_OOM, _OOM_WORDS,
        _R(r"CUDA (?:error|driver error|runtime error|Error)[:\s]+out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
           r"|CUDA_ERROR_OUT_OF_MEMORY|memory mapping failed with OOM|Cuda failure 'out of memory'|OutOfMemoryError|CUDA out of memory\.?\s*$"
-          r"|HIP out of memory|hipErrorOutOfMemory|out of memory\s+\S+\.(?:h|cc|cu|cpp):\d+")),
+          r"|HIP out of memory|hipErrorOutOfMemory|out of memory\s+\S+\.(?:h|cc|cu|cpp):\d+|cudaMalloc failed: out of memory"
+          r"|cudaMalloc(?:Async)? (?:retry )?failed|CUDA_ERROR_OUT_OF_MEMORY")),
     _S(Kind.CUDA_ERROR, ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS", "device-side assert"),
        _R(r"(CUDA error: (?!out of memory)[^.\n]+|CUBLAS_STATUS_(?!ALLOC_FAILED)\w+|CUDNN_STATUS_\w+|device-side assert triggered)"), _cuda_error),
     _S(Kind.HOST_MEMORY_GROWTH, ("RSS", "anon growth"),
@@ -392,8 +406,19 @@ SIGNATURES: tuple[Signature, ...] = (
        lambda m, msg: {"seconds": int(m.group(1)), "graph_bytes": _gib(m.group(2))}),
     _S(Kind.STARTUP_BEGIN, ("Starting to load model", "Loading safetensors checkpoint shards:   0%", "Load weight begin", "Starting download"),
        _R(r"Starting to load model|Loading safetensors checkpoint shards:\s+0%|Load weight begin")),
+    _S(Kind.STARTUP_STEP, ("Capturing", "Capture cuda graph", "Memory profiling takes", "Compile and warming up",
+                           "torch.compile takes", "Dynamo bytecode transform", "Loading weights took",
+                           "Using model weights format", "checkpoint shards", "Warming up", "warmup"),
+       _R(r"Capturing the model for CUDA graphs|Capturing CUDA graph|Capture cuda graph|Memory profiling takes"
+          r"|Compile and warming up model|torch\.compile takes|Dynamo bytecode transform time|Loading weights took"
+          r"|Using model weights format|Loading (?:safetensors|pt) checkpoint shards|Warming up model|[Ww]armup (?:started|begin)"),
+       lambda m, msg: {"step": m.group(0)}),
+    _S(Kind.WEIGHTS_LOADED, ("Load weight end",), _R(r"Load weight end\..*?mem usage=([\d.]+) GB"),
+       lambda m, msg: {"weights_bytes": gib(float(m.group(1))), "engine": "sglang"}),
+    _S(Kind.KV_CAPACITY, ("KV Cache is allocated",), _R(r"KV Cache is allocated\. #tokens: (\d+)"),
+       lambda m, msg: {"kv_tokens": int(m.group(1)), "engine": "sglang"}),
     _S(Kind.STARTUP_COMPLETE, ("init engine", "Starting vLLM server on", "Application startup complete", "Uvicorn running on",
-                               "Available routes are", "fired up and ready", "Connected", "KV Cache is allocated"),
+                               "Available routes are", "fired up and ready", "Connected"),
        _R(r"init engine \(profile, create kv cache, warmup model\) took|Starting vLLM server on|Application startup complete"
           r"|Uvicorn running on|Available routes are|The server is fired up and ready to roll|^Connected$")),
     _S(Kind.STATS, ("Avg prompt throughput", "Prefix cache hit rate: GPU"),

@@ -17,7 +17,7 @@ from .context import Context
 QUESTION = "Is this a GPU out-of-memory failure?"
 
 # Signals that follow a GPU OOM as its consequences (teardown, peers timing out).
-_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value}
+_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value}
 _CONSEQUENCE_XIDS = {13, 31, 43, 45}
 
 
@@ -93,6 +93,9 @@ _LABELS = {
     "nccl_error": "an NCCL collective failure",
     "cuda_error": "a CUDA error that is not out-of-memory",
     "host_memory_growth": "host process memory (RSS) growth",
+    "host_memory_exhausted": "a host (CPU) memory allocation failed",
+    "process_crash": "the process crashed (segfault / stack overflow)",
+    "profiling_error": "GPU memory changed under vLLM's start-up profiling",
 }
 
 
