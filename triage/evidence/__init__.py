@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 from ..errors import BadInput
 from ..model import EvidenceSet, SourceInfo
 from ..timeref import TimeReference, default_reference, parse_iso
-from .base import InputFile, ParseContext, looks_binary
+from .base import InputFile, ParseContext, json_head, looks_binary
 
 # Parser modules, tried in this order (ties go to the earlier one). "logs" is the fallback.
 PARSER_MODULES: tuple[str, ...] = (
@@ -169,8 +169,15 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
                 raise BadInput(src.display, reason)
             result.warnings.append(f"{src.display}: skipped ({reason})")
             continue
-        used += 1
         mod = pick_parser(src, mods)
+        if mod.NAME == "log" and json_head(src.head()):
+            # JSON that no structured parser claimed: say why instead of reading it as a log.
+            problem = _unclaimed_json(src)
+            if src.explicit:
+                raise BadInput(src.display, problem)
+            result.warnings.append(f"{src.display}: skipped ({problem})")
+            continue
+        used += 1
         src_times = times
         if times.year_source == "today" and src.path is not None:
             mtime = src.mtime()
@@ -187,6 +194,12 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
                               "memory_stats JSON, dmesg, kubectl pod JSON or Alertmanager payloads)")
     return result
+
+
+def _unclaimed_json(src: InputFile) -> str:
+    src.read_json()   # raises BadInput for truncated / invalid JSON
+    return ("JSON of an unrecognised kind (expected torch memory_stats, kubectl pod/events, "
+            "an Alertmanager payload, or NVML readings)")
 
 
 def _skip_reason(src: InputFile) -> str | None:

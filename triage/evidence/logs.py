@@ -94,7 +94,7 @@ class LogScanner:
         msg = log.message
         stripped = msg.strip()
         if self.summary is not None or "PyTorch CUDA memory summary" in msg:
-            if (yield from self._summary_line(lineno, log, msg)):
+            if (yield from self._summary_line(lineno, log, raw.rstrip())):
                 return
         if self.pending is not None:
             done = yield from self._continue_pending(lineno, log, stripped)
@@ -109,7 +109,7 @@ class LogScanner:
         if frame:
             if tb is None:
                 tb = self.tracebacks[key] = _Traceback()
-            if not tb.frames:
+            if not tb.start_line:
                 tb.start_line = lineno
             tb.open = True
             tb.after_frame = True
@@ -173,7 +173,8 @@ class LogScanner:
             self.summary = (lineno, [msg])
             return True
         start, lines = self.summary
-        if msg.strip().startswith(("|", "=", "-")) and len(lines) < 80:
+        # Table rows end with "|" (the CI-gutter envelope would eat their leading "| ").
+        if msg.endswith("|") and len(lines) < 80:
             lines.append(msg)
             return True
         self.summary = None

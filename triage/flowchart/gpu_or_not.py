@@ -37,7 +37,12 @@ def assess(ctx: Context) -> GpuAnswer:
         if earlier:
             return GpuAnswer("no", f"{_label(earlier[0])} happened before the GPU OOM, which followed from it",
                              earlier[:3] + [first], [])
-        return GpuAnswer("yes", f"{_label(first)} at {first.where}", gpu[:3], not_gpu[:3])
+        why = f"{_label(first)} at {first.where}"
+        roots = [e for e in not_gpu if _is_root_cause(e)]
+        if roots:
+            why += (f"; also seen: {_label(roots[0])} at {roots[0].where}, not shown to come before it "
+                    "(check it separately)")
+        return GpuAnswer("yes", why, gpu[:3] + roots[:2], not_gpu[:3])
     if not_gpu:
         return GpuAnswer("no", f"{_label(not_gpu[0])}, and no GPU out-of-memory message anywhere",
                          not_gpu[:4])

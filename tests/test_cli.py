@@ -1,0 +1,101 @@
+"""The command line as a user and a runbook bot see it: output, JSON, exit codes, streams."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from triage.cli import main
+from triage.errors import ExitCode
+
+KV_ERROR = ("ERROR 04-05 01:12:55 [core.py:390] ValueError: To serve at least one request with the models's max seq "
+            "len (131072), (16.00 GiB KV cache is needed, which is larger than the available KV cache memory (8.52 GiB). "
+            "Based on the available memory, the estimated maximum model length is 69776. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.\n")
+ARGS = ("(APIServer pid=1) INFO 04-05 01:12:00 [utils.py:233] non-default args: {'model': "
+        "'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 131072, 'gpu_memory_utilization': 0.9}\n")
+
+
+@pytest.fixture
+def kv_log(tmp_path):
+    path = tmp_path / "vllm.log"
+    path.write_text(ARGS + KV_ERROR)
+    return path
+
+
+def test_classify_json_is_the_verdict_object(runner, kv_log):
+    result = runner.invoke(main, ["classify", str(kv_log), "--json"])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    out = json.loads(result.stdout)
+    assert out["schema"] == "triage.verdict/v1"
+    assert out["verdict"]["class"] == "startup"
+    assert out["causes"][0]["id"] == "kv_cache_blowout"
+    rec = {r["setting"]: r for r in out["recommendations"]}
+    assert rec["max_model_len"]["to"] == 69776 and rec["max_model_len"]["basis"] == "incident"
+    assert out["command"] == "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-model-len 69776 --gpu-memory-utilization 0.9"
+    cited = out["evidence"][out["causes"][0]["evidence"][0]]
+    assert cited["source"].endswith("vllm.log") and cited["line"] == 2 and cited["time"] == "2026-04-05T01:12:55Z"
+
+
+def test_classify_human_output_cites_source_and_line(runner, kv_log):
+    result = runner.invoke(main, ["classify", str(kv_log)])
+    assert result.exit_code == 0
+    assert "STARTUP" in result.stdout
+    assert "vllm.log:2" in result.stdout
+    assert "--max-model-len 69776" in result.stdout.replace("\n", " ")
+
+
+def test_unknown_exits_3_and_says_what_to_attach(runner, tmp_path):
+    path = tmp_path / "bare.log"
+    path.write_text("RuntimeError: CUDA error: out of memory\n")
+    result = runner.invoke(main, ["classify", str(path), "--json"])
+    assert result.exit_code == ExitCode.UNKNOWN
+    out = json.loads(result.stdout)
+    assert out["verdict"]["class"] == "unknown" and out["attach"]
+
+
+def test_stdin_and_several_paths(runner, tmp_path, kv_log):
+    result = runner.invoke(main, ["classify", "-", "--json"], input=KV_ERROR)
+    assert result.exit_code == 0 and json.loads(result.stdout)["evidence"][0]["source"] == "-"
+    other = tmp_path / "dmesg.txt"
+    other.write_text("[ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n")
+    both = runner.invoke(main, ["classify", str(kv_log), str(other), "--json"])
+    out = json.loads(both.stdout)
+    # A stated GPU OOM is never dismissed; the untimed Xid is named beside it, not dropped.
+    assert out["verdict"]["class"] == "startup"
+    first_step = out["path"][0]
+    assert "Xid 79" in first_step["why"]
+    assert any(out["evidence"][i]["source"].endswith("dmesg.txt") for i in first_step["evidence"])
+
+
+def test_usage_error_is_exit_2(runner):
+    assert runner.invoke(main, ["classify"]).exit_code == ExitCode.USAGE
+    assert runner.invoke(main, ["classify", "x", "--no-such-flag"]).exit_code == ExitCode.USAGE
+
+
+@pytest.mark.parametrize("command", [[], ["classify"], ["eval"], ["schema"]])
+def test_every_command_has_help(runner, command):
+    result = runner.invoke(main, command + ["--help"])
+    assert result.exit_code == 0 and "Usage:" in result.stdout
+
+
+def test_schema_command_prints_the_schema(runner):
+    schema = json.loads(runner.invoke(main, ["schema"]).stdout)
+    assert schema["title"] == "triage.verdict/v1"
+
+
+def test_eval_reports_figures(runner):
+    from tests.conftest import CORPUS
+
+    result = runner.invoke(main, ["eval", str(CORPUS), "--json"])
+    out = json.loads(result.stdout)
+    assert out["total"] >= 30 and out["misroutes"] == 0 and out["acceptable"] == 1.0
+    assert set(out["per_class"]) >= {"startup", "burst", "not_gpu_oom", "no_oom"}
+
+
+def test_year_and_tz_options_change_times(runner, kv_log):
+    out = json.loads(runner.invoke(main, ["classify", str(kv_log), "--json", "--year", "2024",
+                                          "--tz", "America/New_York"]).stdout)
+    times = [e["time"] for e in out["evidence"] if e["time"]]
+    assert times and all(t.startswith("2024-04-05T05:12") for t in times)
+    assert "2024" in out["facts"]["inputs"][0]["time_note"]
