@@ -141,8 +141,17 @@ def looks_binary(head: bytes) -> bool:
 
 
 def json_head(head: bytes) -> str | None:
-    """The first non-space character if the content starts like JSON."""
-    stripped = head.lstrip()
-    if stripped[:1] in (b"{", b"["):
-        return stripped[:1].decode()
-    return None
+    """'{' or '[' if the content is JSON (possibly cut by the head limit or truncated), else None.
+
+    A leading bracket is not enough: dmesg ("[ 2448.6] ...") and CI logs ("[2025-03-10T...] ...")
+    start with one too. The head must decode as JSON, or fail only where the bytes run out.
+    """
+    text = head.decode("utf-8-sig", errors="replace").lstrip()
+    if text[:1] not in ("{", "["):
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError as exc:
+        return text[0] if exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string") else None
+    rest = text[end:].lstrip()
+    return text[0] if not rest or rest[:1] in ("{", "[") else None

@@ -30,6 +30,9 @@ _CARET = re.compile(r"^\s*[\^~]+\s*$")
 _EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Aborted))(?::\s?(?P<msg>.*))?$")
 _CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
+# vLLM's request logging (--enable-log-requests): prompts and outputs, i.e. user text.
+_REQUEST_LOG_MARKERS = (b"Received request", b"Added request", b"Finished request", b"Generated response",
+                        b"Aborted request", b"prompt: '", b"prompt_token_ids")
 _NON_SERVING_PATHS = ("/health", "/metrics", "/v1/models", "/ping", "/version", "/load", "/docs", "/openapi.json")
 
 _LIFECYCLE_RESET = {Kind.STARTUP_BEGIN, Kind.ENGINE_VERSION, Kind.WEIGHTS_LOADED}
@@ -83,8 +86,24 @@ class LogScanner:
         self.pending: _Pending | None = None
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
+        self.served_lines = 0
 
     # -- public -------------------------------------------------------------------------------
+    def skippable(self, raw: bytes) -> bool:
+        """Cheap bytes-level test for the lines that dominate big logs and never matter once serving.
+
+        Access-log lines only tell us the server is serving (the first one is kept); request-log
+        lines carry user prompts, which must never be mistaken for the server's own errors.
+        """
+        if self.pending is not None or self.summary is not None or self.tracebacks:
+            return False
+        if b"HTTP/1." in raw and b'" ' in raw:
+            if self.phase is Phase.SERVING:
+                self.served_lines += 1
+                return True
+            return False
+        return any(marker in raw for marker in _REQUEST_LOG_MARKERS)
+
     def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
         log = parse_line(raw, self.ctx.times)
         if log.time is not None:
@@ -145,6 +164,15 @@ class LogScanner:
 
         emitted = False
         for kind, fields in matches:
+            if kind is Kind.REQUEST_SERVED:
+                # Only the request that shows the server serving is worth a record; count the rest.
+                before = self.phase
+                self._advance_phase(kind, fields, log.time)
+                self.served_lines += 1
+                if before is not Phase.SERVING and self.phase is Phase.SERVING:
+                    yield self._record(lineno, log.time, kind, stripped, dict(fields))
+                emitted = True
+                continue
             if kind in (Kind.TORCH_OOM, Kind.KV_POOL_OOM) and not _complete(kind, fields):
                 self.pending = _Pending(kind, lineno, log, stripped, fields)
                 emitted = True
@@ -288,7 +316,7 @@ def _short(path: str) -> str:
     return "/".join(parts[-2:])
 
 
-def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, str]]:
+def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, bytes]]:
     """(line number, text) in bounded memory; refuses a 'line' longer than MAX_LINE_BYTES."""
     lineno = 0
     carry = b""
@@ -318,14 +346,16 @@ def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, str]]:
                 lineno += 1
                 if len(raw) > MAX_LINE_BYTES:
                     raise BadInput(src.display, f"line {lineno} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
-                yield lineno, raw.decode("utf-8", errors="replace")
+                yield lineno, raw
     if carry:
         lineno += 1
-        yield lineno, carry.decode("utf-8", errors="replace")
+        yield lineno, carry
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     scanner = LogScanner(src, ctx)
-    for lineno, text in iter_lines(src, ctx):
-        yield from scanner.feed(lineno, text)
+    for lineno, raw in iter_lines(src, ctx):
+        if scanner.skippable(raw):
+            continue
+        yield from scanner.feed(lineno, raw.decode("utf-8", errors="replace"))
     yield from scanner.finish()
