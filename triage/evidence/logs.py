@@ -316,11 +316,13 @@ def _short(path: str) -> str:
     return "/".join(parts[-2:])
 
 
-def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, bytes]]:
-    """(line number, text) in bounded memory; refuses a 'line' longer than MAX_LINE_BYTES."""
+def iter_blocks(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, list[bytes]]]:
+    """(number of the first line, lines) per block, in bounded memory.
+
+    Refuses a "line" longer than MAX_LINE_BYTES: that is not a text log.
+    """
     lineno = 0
     carry = b""
-    consumed = 0
     with src.open() as fh:
         while True:
             try:
@@ -329,7 +331,6 @@ def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, bytes]]
                 raise BadInput(src.display, f"cannot read past line {lineno}: {exc}") from None
             if not block:
                 break
-            consumed += len(block)
             if ctx.progress:
                 ctx.progress(len(block))
             buf = carry + block if carry else block
@@ -340,22 +341,38 @@ def iter_lines(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, bytes]]
                 carry = buf
                 continue
             carry = buf[cut + 1:]
-            if len(carry) > MAX_LINE_BYTES:
-                raise BadInput(src.display, f"line {lineno + 2} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
-            for raw in buf[:cut].split(b"\n"):
-                lineno += 1
-                if len(raw) > MAX_LINE_BYTES:
-                    raise BadInput(src.display, f"line {lineno} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
-                yield lineno, raw
+            lines = buf[:cut].split(b"\n")
+            if max(map(len, lines)) > MAX_LINE_BYTES or len(carry) > MAX_LINE_BYTES:
+                long_at = next((i for i, ln in enumerate(lines) if len(ln) > MAX_LINE_BYTES), len(lines))
+                raise BadInput(src.display, f"line {lineno + long_at + 1} is longer than {MAX_LINE_BYTES >> 20} MiB: "
+                                            "not a text log")
+            yield lineno + 1, lines
+            lineno += len(lines)
     if carry:
-        lineno += 1
-        yield lineno, carry
+        yield lineno + 1, [carry]
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     scanner = LogScanner(src, ctx)
-    for lineno, raw in iter_lines(src, ctx):
-        if scanner.skippable(raw):
-            continue
-        yield from scanner.feed(lineno, raw.decode("utf-8", errors="replace"))
+    for first, lines in iter_blocks(src, ctx):
+        i, n = 0, len(lines)
+        while i < n:
+            if scanner.phase is Phase.SERVING:
+                # Serving: access-log lines (the bulk of a big log) cannot change anything; let a
+                # C-speed filter drop them and feed the rest until the phase changes (a restart).
+                resume = n
+                for j in [j for j in range(i, n) if b"HTTP/1." not in lines[j]]:
+                    raw = lines[j]
+                    if not scanner.tracebacks and any(m in raw for m in _REQUEST_LOG_MARKERS):
+                        continue
+                    yield from scanner.feed(first + j, raw.decode("utf-8", errors="replace"))
+                    if scanner.phase is not Phase.SERVING:
+                        resume = j + 1
+                        break
+                i = resume
+                continue
+            raw = lines[i]
+            if not scanner.skippable(raw):
+                yield from scanner.feed(first + i, raw.decode("utf-8", errors="replace"))
+            i += 1
     yield from scanner.finish()
