@@ -321,19 +321,18 @@ def _short(path: str) -> str:
     return "/".join(parts[-2:])
 
 
-def iter_blocks(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, bytes]]:
-    """(number of the block's first line, block ending just after a newline), in bounded memory.
+def iter_blocks(src: InputFile, ctx: ParseContext) -> Iterator[tuple[bytes, int]]:
+    """(buffer, end): buffer[:end] is whole lines (ends just after a newline); bounded memory.
 
     Refuses a "line" longer than MAX_LINE_BYTES: that is not a text log.
     """
-    lineno = 1
     carry = b""
     with src.open() as fh:
         while True:
             try:
                 block = fh.read(BLOCK)
             except (OSError, EOFError) as exc:
-                raise BadInput(src.display, f"cannot read past line {lineno}: {exc}") from None
+                raise BadInput(src.display, f"cannot read: {exc}") from None
             if not block:
                 break
             if ctx.progress:
@@ -341,56 +340,36 @@ def iter_blocks(src: InputFile, ctx: ParseContext) -> Iterator[tuple[int, bytes]
             buf = carry + block if carry else block
             cut = buf.rfind(b"\n") + 1
             carry = buf[cut:]
-            if len(carry) > MAX_LINE_BYTES:
-                at = lineno + buf.count(b"\n", 0, cut)
-                raise BadInput(src.display, f"line {at} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
+            if len(carry) > MAX_LINE_BYTES or (cut > MAX_LINE_BYTES and _has_long_line(buf, cut)):
+                raise BadInput(src.display, f"a line is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
             if cut:
-                _check_line_lengths(src, buf, cut, lineno)
-                yield lineno, buf[:cut]
-                lineno += buf.count(b"\n", 0, cut)
+                yield buf, cut      # no slice: copying 8 MiB per block costs more than it seems
     if carry:
-        yield lineno, carry + b"\n"
+        yield carry + b"\n", len(carry) + 1
 
 
-def _check_line_lengths(src: InputFile, buf: bytes, cut: int, lineno: int) -> None:
-    if cut <= MAX_LINE_BYTES:
-        return
+def _has_long_line(buf: bytes, cut: int) -> bool:
     pos = 0
     while pos < cut:
         nl = buf.find(b"\n", pos, cut)
         if nl - pos > MAX_LINE_BYTES:
-            at = lineno + buf.count(b"\n", 0, pos)
-            raise BadInput(src.display, f"line {at} is longer than {MAX_LINE_BYTES >> 20} MiB: not a text log")
+            return True
         pos = nl + 1
+    return False
 
 
 ACCESS_MARK = b"HTTP/1."
-CHUNK = 16 * 1024
-
-
-def _mixed_ranges(buf: bytes, lo: int, hi: int) -> Iterator[tuple[int, int]]:
-    """Line-aligned chunks of buf[lo:hi] that hold at least one non-access-log line.
-
-    A chunk whose newline count equals its access-marker count is all access lines and is
-    skipped with two C-speed counts: a serving log's millions of access lines cost no Python
-    work. (An access line quoting the marker twice could hide one line of its chunk; uvicorn
-    writes the request line once.)
-    """
-    a = lo
-    while a < hi:
-        b = buf.find(b"\n", min(a + CHUNK, hi - 1), hi) + 1 or hi
-        if buf.count(b"\n", a, b) != buf.count(ACCESS_MARK, a, b):
-            yield a, b
-        a = b
+CHUNK = 4 * 1024
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     scanner = LogScanner(src, ctx)
-    for first, buf in iter_blocks(src, ctx):
-        pos, lineno, end = 0, first, len(buf)
+    lineno = 1
+    for buf, end in iter_blocks(src, ctx):
+        pos = 0
         while pos < end:
             if scanner.phase is Phase.SERVING and not scanner.busy:
-                pos, lineno = yield from _serving_scan(scanner, buf, pos, lineno)
+                pos, lineno = yield from _serving_scan(scanner, buf, pos, end, lineno)
                 continue
             nl = buf.find(b"\n", pos)
             raw = buf[pos:nl]
@@ -400,20 +379,27 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     yield from scanner.finish()
 
 
-def _serving_scan(scanner: "LogScanner", buf: bytes, pos: int, lineno: int):
+def _serving_scan(scanner: "LogScanner", buf: bytes, pos: int, end: int, lineno: int):
     """Feed only the non-access lines of buf[pos:] while serving; stop where the phase changes.
 
-    Returns (position, line number) of the next line to read line by line.
+    Chunks whose newline count equals their access-marker count are all access lines and are
+    skipped after two C-speed counts, so a serving log's millions of access lines cost no
+    Python work. (An access line quoting the marker twice could hide one line of its chunk;
+    uvicorn writes the request line once.) Returns (position, line number) to resume at.
     """
-    at, at_line = pos, lineno
-    for a, b in _mixed_ranges(buf, pos, len(buf)):
-        at_line += buf.count(b"\n", at, a)
-        at = a
-        for raw in buf[a:b].split(b"\n")[:-1]:
-            nxt = at + len(raw) + 1
-            if ACCESS_MARK not in raw and not (not scanner.tracebacks and any(m in raw for m in _REQUEST_LOG_MARKERS)):
-                yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
-                if scanner.phase is not Phase.SERVING or scanner.busy:
-                    return nxt, at_line + 1
-            at, at_line = nxt, at_line + 1
-    return len(buf), at_line + buf.count(b"\n", at, len(buf))
+    a = pos
+    while a < end:
+        b = buf.find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
+        lines_here = buf.count(b"\n", a, b)
+        if lines_here != buf.count(ACCESS_MARK, a, b):
+            at, at_line = a, lineno
+            for raw in buf[a:b].split(b"\n")[:-1]:
+                nxt = at + len(raw) + 1
+                if ACCESS_MARK not in raw and (scanner.tracebacks or not any(m in raw for m in _REQUEST_LOG_MARKERS)):
+                    yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
+                    if scanner.phase is not Phase.SERVING or scanner.busy:
+                        return nxt, at_line + 1
+                at, at_line = nxt, at_line + 1
+        lineno += lines_here
+        a = b
+    return end, lineno
