@@ -86,9 +86,13 @@ def _startup(ctx: Context, causes: set[str]) -> list[Recommendation]:
         target = math.floor((share - 0.02) * 100) / 100
         cur = free_low.fields.get("gpu_memory_utilization") or util
         if "other_processes" in causes:
+            holders = [p for p in ctx.ev.of(Kind.GPU_PROCESS) if p.fields.get("used_bytes")]
+            who = ", ".join(f"PID {p.fields.get('pid')} ({p.fields.get('name')})" for p in holders[:3])
             out.append(Recommendation("gpu_memory_utilization", cur, max(0.05, min(target, 0.9)),
-                                      f"only {share:.0%} of the GPU was free at start-up (other processes hold the "
-                                      f"rest); either stop them or fit the budget to what is free", "incident"))
+                                      f"only {share:.0%} of the GPU was free at start-up; first free the GPU"
+                                      + (f" ({who} hold memory)" if who else " (another process holds the rest)")
+                                      + " and keep the setting; lower it to this only if weights and KV cache fit "
+                                        "in what is free", "incident"))
         else:
             out.append(Recommendation("gpu_memory_utilization", cur, min(target, 0.9),
                                       f"{share:.1%} of the card was free at start-up; the target must stay below "

@@ -163,6 +163,8 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
     mods = parsers()
     used = 0
     for src in inputs:
+        if not src.explicit and src.name.lower() in _NOT_EVIDENCE:
+            continue   # a bundle's own metadata (incident.yaml, README.md, ...): not worth a warning
         reason = _skip_reason(src)
         if reason:
             if src.explicit:

@@ -16,8 +16,9 @@ from .context import Context
 from .phase import PhaseAnswer
 
 CLASS = OomClass.STARTUP
-CAUSE_ORDER = ("kv_cache_blowout", "other_processes", "config_overshoot", "concurrency_misjudged",
-               "model_too_large", "accounting_discrepancy", "known_engine_bug")
+# Causes read straight off a failure line first; inferred ones (a high utilisation target) last.
+CAUSE_ORDER = ("kv_cache_blowout", "other_processes", "concurrency_misjudged", "model_too_large",
+               "config_overshoot", "accounting_discrepancy", "known_engine_bug")
 
 
 def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
