@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .model import EvidenceSet, Verdict
-from .report import iso
+from .paths import runbooks_dir
+from .report import iso, same_fact
 
 _COLOURS = {"startup": "yellow", "burst": "red", "chronic": "magenta", "prefix_cache": "cyan",
             "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
@@ -63,8 +64,8 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
     elif verdict.recommendations:
         out.print("[dim]No launch command in the evidence: apply the changes above to your own command "
                   "(attach the 'non-default args' line or the command to get it rewritten).[/dim]")
-    if verdict.runbook:
-        out.print(f"[bold]Runbook[/bold]  runbooks/{verdict.runbook}.yaml")
+    if verdict.runbook and (runbooks_dir() / f"{verdict.runbook}.yaml").exists():
+        out.print(f"[bold]Runbook[/bold]  {verdict.runbook}")
     if verdict.attach:
         out.print("\n[bold]To settle it, attach[/bold]")
         for a in verdict.attach:
@@ -92,15 +93,16 @@ class _Refs:
 
     def __init__(self) -> None:
         self.items: list = []
-        self._index: dict[int, int] = {}
+        self._index: dict[tuple, int] = {}
 
     def cite(self, evidence) -> str:
         nums = []
         for e in evidence:
-            if e.seq not in self._index:
+            key = same_fact(e)
+            if key not in self._index:
                 self.items.append(e)
-                self._index[e.seq] = len(self.items)
-            nums.append(self._index[e.seq])
+                self._index[key] = len(self.items)
+            nums.append(self._index[key])
         return f" [dim][{', '.join(map(str, dict.fromkeys(nums)))}][/dim]" if nums else ""
 
 

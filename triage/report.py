@@ -9,17 +9,18 @@ SCHEMA_ID = "triage.verdict/v1"
 
 
 def to_json(verdict: Verdict) -> dict[str, Any]:
-    index: dict[int, int] = {}
+    index: dict[Any, int] = {}
     table: list[dict[str, Any]] = []
 
     def ref(items) -> list[int]:
         out = []
         for e in items:
-            if e.seq not in index:
-                index[e.seq] = len(table)
+            key = same_fact(e)
+            if key not in index:
+                index[key] = len(table)
                 table.append(_evidence(e))
-            if index[e.seq] not in out:
-                out.append(index[e.seq])
+            if index[key] not in out:
+                out.append(index[key])
         return out
 
     path = [{"question": s.question, "answer": s.answer, "why": s.why, "evidence": ref(s.evidence)}
@@ -43,6 +44,12 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "runbook": verdict.runbook,
         "attach": list(verdict.attach),
     }
+
+
+def same_fact(e: Evidence) -> tuple:
+    """One citation per fact: a message repeated by the same source (vLLM logs an exception,
+    then Python prints it again unprefixed) is cited once, at its first line."""
+    return (e.source, e.kind, e.text[:240])
 
 
 def _evidence(e: Evidence) -> dict[str, Any]:
