@@ -25,6 +25,7 @@ CLASS_MODULES = {
 }
 RUNTIME_ORDER = (prefix_cache, chronic, burst)    # ties go to the more specific class
 MIN_CONFIDENCE = 0.4                              # below this, say unknown
+SPECIFIC_WINS = 0.6                               # a prefix-cache/chronic finding this strong beats burst
 
 
 def walk(ev: EvidenceSet) -> tuple[Assessment, list[Step], Context]:
@@ -64,6 +65,12 @@ def walk(ev: EvidenceSet) -> tuple[Assessment, list[Step], Context]:
                           cand.why if cand.confidence >= MIN_CONFIDENCE else (cand.summary or cand.why),
                           tuple(cand.evidence[:3]) if cand.confidence >= MIN_CONFIDENCE else ()))
     best = max(candidates, key=lambda a: a.confidence)   # max() keeps the first of equals
+    # Burst is the generic runtime class: KV usage near 100% and a queue are also what a crowded
+    # prefix cache or a fragmented allocator look like from outside. A specific class that is
+    # well supported on its own evidence explains the pressure better.
+    specific = [c for c in candidates if c.oom_class is not OomClass.BURST and c.confidence >= SPECIFIC_WINS]
+    if best.oom_class is OomClass.BURST and specific:
+        best = specific[0]
     if best.confidence < MIN_CONFIDENCE:
         why = ("a GPU OOM, but " + ph.why) if ph.phase == "unknown" else \
               "a GPU OOM while serving, with nothing that tells burst, chronic or prefix-cache apart"
