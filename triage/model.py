@@ -30,7 +30,7 @@ class Phase(str, Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Evidence:
     """One fact read from one place. `fields` holds the numbers the rules use."""
 
@@ -91,19 +91,7 @@ class EvidenceSet:
         self.items.extend(items)
 
 
-@dataclass(frozen=True)
-class Finding:
-    """The answer of one flowchart module: a class (or a cause) with the evidence behind it."""
-
-    rule: str                                  # module id, e.g. "startup.kv_cache_check"
-    answer: str                                # "yes" | "no" | "inconclusive"
-    summary: str                               # one sentence, numbers included
-    confidence: float = 0.0
-    evidence: tuple[Evidence, ...] = ()
-    missing: tuple[str, ...] = ()              # what to attach when inconclusive
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Cause:
     id: str
     title: str
@@ -111,7 +99,7 @@ class Cause:
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Step:
     """One question of the flowchart walk, with the branch taken and why."""
 

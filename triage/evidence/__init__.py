@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
@@ -99,6 +98,8 @@ def _walk(root: Path) -> list[Path]:
 
 
 def _read_stdin() -> bytes:
+    import tempfile
+
     # Spool through a temporary file so that a large pipe is not held in memory twice.
     with tempfile.SpooledTemporaryFile(max_size=64 << 20) as tmp:
         while True:

@@ -25,9 +25,13 @@ Extractor = Callable[[re.Match[str], str], "Fields | None"]
 class Signature:
     kind: Kind
     guards: tuple[str, ...]          # at least one must be a substring of the message
-    pattern: re.Pattern[str]
+    regex: "str | re.Pattern[str]"   # compiled on first use: most runs need a handful of them
     extract: Extractor | None = None
     final: bool = False              # stop matching further signatures after this one
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return self.regex if isinstance(self.regex, re.Pattern) else _compiled(self.regex)
 
     def match(self, msg: str) -> Fields | None:
         if not any(g in msg for g in self.guards):
@@ -38,6 +42,16 @@ class Signature:
         if self.extract is None:
             return {}
         return self.extract(m, msg)
+
+
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(regex: str) -> re.Pattern[str]:
+    pat = _COMPILED.get(regex)
+    if pat is None:
+        pat = _COMPILED[regex] = re.compile(regex)
+    return pat
 
 
 def _num(s: str | None) -> float | None:
@@ -93,7 +107,7 @@ def _namespace(m: re.Match[str], msg: str) -> Fields:
     return {"engine": "vllm", "args": parse_config_pairs(m.group(1)), "origin": "argparse namespace"}
 
 
-_SERVE_CMD = re.compile(
+_SERVE_CMD = (
     r"(?:^|\s|\$ )((?:python3?\s+-m\s+vllm\.entrypoints\.openai\.api_server|vllm\s+serve)\b.*)$")
 
 
@@ -298,7 +312,10 @@ def _cuda_error(m: re.Match[str], msg: str) -> Fields:
 
 
 _S = Signature
-_R = re.compile
+
+
+def _R(regex: str) -> str:
+    return regex
 _OOM_WORDS = ("out of memory", "Out of memory", "OUT_OF_MEMORY", "ALLOC_FAILED", "OutOfMemory", "with OOM", "ErrorMemoryAllocation", "OutOfMemory")
 
 SIGNATURES: tuple[Signature, ...] = (
