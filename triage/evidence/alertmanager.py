@@ -31,13 +31,6 @@ _MAX_WHERE = 3
 
 
 def sniff(head: bytes, name: str) -> int:
-    try:
-        return _sniff(head)
-    except Exception:  # a sniffer must never break the run over odd bytes
-        return 0
-
-
-def _sniff(head: bytes) -> int:
     if not head or looks_binary(head) or not json_head(head):
         return 0
     if _ALERTS_RE.search(head) and _WEBHOOK_RE.search(head):
@@ -57,7 +50,7 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
         if _has_payload(doc):
             return  # a payload with an empty alert list is valid, if odd
         raise BadInput(src.display, "JSON is neither an Alertmanager webhook payload nor an alert list")
-    lines = _lines_for(src, b'"startsAt"', len(alerts))
+    lines = src.key_lines(b'"startsAt"', len(alerts))
     for (alert, payload), line in zip(alerts, lines):
         yield _alert_evidence(src, ctx, line, alert, payload)
 
@@ -81,13 +74,6 @@ def _alerts(doc: Any) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any]]]:
             yield item, {}
 
 
-def _lines_for(src: InputFile, key: bytes, count: int) -> list[int | None]:
-    """Line of the n-th `key`, used only when the key marks each alert exactly once."""
-    found: list[int] = []
-    with src.open() as fh:
-        for n, raw in enumerate(fh, 1):
-            found.extend([n] * raw.count(key))
-    return list(found) if len(found) == count else [None] * count
 
 
 def _alert_evidence(src: InputFile, ctx: ParseContext, line: int | None, alert: Mapping[str, Any],

@@ -73,6 +73,17 @@ class InputFile:
     def name(self) -> str:
         return os.path.basename(self.display)
 
+    def key_lines(self, key: bytes, count: int) -> list[int | None]:
+        """Line of the n-th occurrence of `key` in the raw text, for citing records of a JSON
+        document; all None unless the key marks each of the `count` records exactly once."""
+        if count == 0:
+            return []
+        found: list[int] = []
+        with self.open() as fh:
+            for n, raw in enumerate(fh, 1):
+                found.extend([n] * raw.count(key))
+        return list(found) if len(found) == count else [None] * count
+
     def read_json(self) -> Any:
         """The whole file as JSON, or one clear error naming the problem."""
         try:

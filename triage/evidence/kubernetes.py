@@ -37,13 +37,6 @@ _SIGKILL_EXIT = 137
 
 
 def sniff(head: bytes, name: str) -> int:
-    try:
-        return _sniff(head)
-    except Exception:  # a sniffer must never break the run over odd bytes
-        return 0
-
-
-def _sniff(head: bytes) -> int:
     if not head or looks_binary(head) or not json_head(head):
         return 0
     if not _SNIFF_RE.search(head):
@@ -61,10 +54,10 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
         raise BadInput(src.display, "JSON holds no Kubernetes Pod or Event")
     pods = [o for o in objects if _is_pod(o)]
     events = [o for o in objects if _is_event(o)]
-    status_lines = _lines_for(src, b'"restartCount"', sum(_status_count(p) for p in pods))
-    event_lines = _lines_for(src, b'"involvedObject"', len(events)) if events else []
+    status_lines = src.key_lines(b'"restartCount"', sum(_status_count(p) for p in pods))
+    event_lines = src.key_lines(b'"involvedObject"', len(events)) if events else []
     if events and not any(event_lines):
-        event_lines = _lines_for(src, b'"regarding"', len(events))   # events.k8s.io/v1 shape
+        event_lines = src.key_lines(b'"regarding"', len(events))   # events.k8s.io/v1 shape
     for pod in pods:
         yield from _pod_evidence(src, ctx, pod, status_lines)
     for event, line in zip(events, event_lines):
@@ -99,15 +92,6 @@ def _is_event(obj: Mapping[str, Any]) -> bool:
         obj.get("kind") is None and ("involvedObject" in obj or "regarding" in obj))
 
 
-def _lines_for(src: InputFile, key: bytes, count: int) -> list[int | None]:
-    """Line of the n-th `key`, used only when the key marks each record exactly once."""
-    if count == 0:
-        return []
-    found: list[int] = []
-    with src.open() as fh:
-        for n, raw in enumerate(fh, 1):
-            found.extend([n] * raw.count(key))
-    return list(found) if len(found) == count else [None] * count
 
 
 # ---- pods

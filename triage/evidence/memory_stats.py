@@ -69,13 +69,6 @@ _SUMMARY_MAX_LINES = 60          # the full table is 47 lines; a block never run
 
 
 def sniff(head: bytes, name: str) -> int:
-    try:
-        return _sniff(head)
-    except Exception:  # a sniffer must never break the run over odd bytes
-        return 0
-
-
-def _sniff(head: bytes) -> int:
     if not head or looks_binary(head):
         return 0
     if json_head(head):
@@ -244,16 +237,7 @@ def _time(value: Any) -> datetime | None:
 
 def _dump_lines(src: InputFile, count: int) -> list[int | None]:
     """The line of each dump's `reserved_bytes.all.current`, when that key marks each dump once."""
-    found = _key_lines(src, b'"reserved_bytes.all.current"')
-    return list(found) if len(found) == count else [None] * count
-
-
-def _key_lines(src: InputFile, key: bytes) -> list[int]:
-    lines: list[int] = []
-    with src.open() as fh:
-        for n, raw in enumerate(fh, 1):
-            lines.extend([n] * raw.count(key))
-    return lines
+    return src.key_lines(b'"reserved_bytes.all.current"', count)
 
 
 def _stat(stats: Mapping[str, Any], *keys: str) -> int | None:

@@ -65,13 +65,6 @@ _PROC_ROW_RE = re.compile(
 
 
 def sniff(head: bytes, name: str) -> int:
-    try:
-        return _sniff(head)
-    except Exception:  # a sniffer must never break the run over odd bytes
-        return 0
-
-
-def _sniff(head: bytes) -> int:
     if not head or looks_binary(head):
         return 0
     text = head.decode("utf-8", errors="replace")
