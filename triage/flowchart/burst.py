@@ -76,4 +76,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]
     summary = "Runtime burst OOM while serving" + (f": {'; '.join(notes)}" if notes else
                                                    " (no load or allocator signals to confirm it)")
+    extra = [c for c in causes if c.id != "long_prompt_burst"]
+    if extra:
+        summary += ". Also: " + "; ".join(c.title for c in extra)
     return Assessment(CLASS, round(confidence, 2), summary, "; ".join(notes) or phase.why, [oom] + used, causes, attach)
