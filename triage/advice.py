@@ -52,7 +52,7 @@ def advise(verdict: Verdict, ctx: Context) -> None:
     elif cls is OomClass.BURST:
         recs += _burst(ctx, causes)
     elif cls is OomClass.CHRONIC:
-        recs += _chronic(ctx, causes)
+        recs += _chronic(ctx, verdict, causes)
     elif cls is OomClass.PREFIX_CACHE:
         recs += _prefix_cache(ctx, causes)
     if "accounting_discrepancy" in causes and cls in (OomClass.BURST, OomClass.STARTUP, OomClass.CHRONIC):
@@ -61,7 +61,9 @@ def advise(verdict: Verdict, ctx: Context) -> None:
         recs += _upgrade(ctx)
     verdict.recommendations = _dedupe(recs)
     verdict.runbook = _RUNBOOKS.get(cls) if cls not in (OomClass.NOT_GPU_OOM,) else _not_gpu_runbook(causes)
-    if verdict.recommendations and ctx.engine in _FLAGS:
+    changes_launch = [r for r in verdict.recommendations
+                      if r.env or (r.to_value is not None and r.setting in _FLAGS.get(ctx.engine, {}))]
+    if changes_launch and ctx.engine in _FLAGS:
         verdict.command = build_command(ctx, verdict.recommendations)
 
 
@@ -177,12 +179,37 @@ def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
     return out
 
 
-def _chronic(ctx: Context, causes: set[str]) -> list[Recommendation]:
-    out = [Recommendation("PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True",
-                          "lets the caching allocator grow segments instead of leaving unusable split blocks "
-                          "(optionally add garbage_collection_threshold:0.8)",
-                          "incident" if "allocator_fragmentation" in causes else "rule_of_thumb", env=True)]
+def _chronic(ctx: Context, verdict: Verdict, causes: set[str]) -> list[Recommendation]:
+    out = []
+    if "allocator_fragmentation" in causes or "memory_leak" not in causes:
+        out.append(Recommendation("PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True",
+                                  "lets the caching allocator grow segments instead of leaving unusable split blocks "
+                                  "(optionally add garbage_collection_threshold:0.8)",
+                                  "incident" if "allocator_fragmentation" in causes else "rule_of_thumb", env=True))
+    leak = next((c for c in verdict.causes if c.id == "memory_leak"), None)
+    hours = _hours_to_exhaustion(ctx, leak) if leak else None
+    if hours is not None:
+        every = max(1, int(hours * 0.5))
+        out.append(Recommendation("scheduled_restart_hours", None, every,
+                                  f"memory grows steadily and would fill the card about {hours:.0f} h after a restart; "
+                                  "restart gracefully (drain first) at half that until the leak is fixed", "incident"))
     return out
+
+
+def _hours_to_exhaustion(ctx: Context, leak) -> float | None:
+    """From the leak's first and last GPU readings: hours from the first reading until the card is full."""
+    if len(leak.evidence) < 2:
+        return None
+    first, last = leak.evidence[0], leak.evidence[-1]
+    if first.time is None or last.time is None or last.time <= first.time:
+        return None
+    used0 = first.fields.get("used_bytes") or first.fields.get("in_use_bytes")
+    used1 = last.fields.get("used_bytes") or last.fields.get("in_use_bytes")
+    total = first.fields.get("total_bytes") or ctx.gpu_total_bytes
+    if not (used0 and used1 and total) or used1 <= used0:
+        return None
+    rate = (used1 - used0) / ((last.time - first.time).total_seconds() / 3600)
+    return (total - used0) / rate
 
 
 def _prefix_cache(ctx: Context, causes: set[str]) -> list[Recommendation]:
@@ -200,18 +227,16 @@ def _prefix_cache(ctx: Context, causes: set[str]) -> list[Recommendation]:
 
 
 def _discrepancy(ctx: Context, verdict: Verdict) -> list[Recommendation]:
-    cause = next(c for c in verdict.causes if c.id == "accounting_discrepancy")
-    util = _float(_current(ctx, "gpu_memory_utilization"))
-    if util is None or len(cause.evidence) < 2:
+    from .flowchart.causes import _actual_usage, engine_budget
+
+    budget, actual = engine_budget(ctx), _actual_usage(ctx)
+    if budget is None or actual is None:
         return []
-    rep, act = cause.evidence[0], cause.evidence[1]
-    reported = rep.fields.get("value", rep.fields.get("kv_usage"))
-    actual = act.fields["used_bytes"] / act.fields["total_bytes"]
-    gap = actual - float(reported)
-    new = math.floor((util - gap - 0.01) * 100) / 100
-    return [Recommendation("gpu_memory_utilization", util, max(0.5, new),
-                           f"the card was {gap * 100:.1f} points fuller than the engine reported; take that off the "
-                           "budget until the accounting is fixed", "incident")]
+    gap = actual[0] - budget[0]
+    new = math.floor((budget[0] - gap - 0.01) * 100) / 100
+    return [Recommendation("gpu_memory_utilization", budget[0], max(0.5, new),
+                           f"the card was {gap * 100:.1f} points fuller than the engine's budget; take that (and a "
+                           "point of margin) off the budget until the accounting is fixed", "incident")]
 
 
 def _upgrade(ctx: Context) -> list[Recommendation]:

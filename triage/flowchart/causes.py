@@ -143,31 +143,41 @@ def concurrency_misjudged(ctx: Context) -> Cause | None:
 
 
 def accounting_discrepancy(ctx: Context) -> Cause | None:
-    """The card is fuller than the engine thinks (its metrics count only what it allocated)."""
-    reported = _reported_usage(ctx)
+    """The card is fuller than the engine's own accounting allows.
+
+    vLLM sizes everything it allocates (weights, activations, the KV pool) to fit
+    gpu_memory_utilization x total; NVML / nvidia-smi count everything on the card. Used memory
+    above that budget by more than 3 points is memory the engine does not see (CUDA context,
+    NCCL, multi-modal encoders, fragmentation, leaks, other tenants) - the headroom it believes
+    it has is not there.
+    """
+    budget = engine_budget(ctx)
     actual = _actual_usage(ctx)
-    if not reported or not actual:
+    if budget is None or actual is None:
         return None
-    gap = actual[0] - reported[0]
+    gap = actual[0] - budget[0]
     if gap > DISCREPANCY_THRESHOLD:
         return Cause("accounting_discrepancy",
-                     f"Accounting discrepancy: GPU {actual[0]:.1%} used (nvidia-smi/NVML) vs {reported[0]:.1%} reported "
-                     f"by the engine", (reported[1], actual[1]),
-                     f"{gap * 100:.1f} points unaccounted for (alert threshold {DISCREPANCY_THRESHOLD:.0%})")
+                     f"Accounting discrepancy: GPU {actual[0]:.1%} used (nvidia-smi/NVML) vs the engine's "
+                     f"{budget[0]:.0%} budget", tuple(e for e in (budget[1], actual[1]) if e is not None),
+                     f"{gap * 100:.1f} points of GPU memory outside the engine's accounting "
+                     f"(alert threshold {DISCREPANCY_THRESHOLD:.0%})")
     return None
 
 
-def _reported_usage(ctx: Context) -> tuple[float, Evidence] | None:
-    best = None
-    for rec in ctx.ev.of(Kind.METRIC):
-        if rec.fields.get("name") == "kv_cache_usage" and rec.fields.get("value") is not None:
-            if best is None or rec.fields["value"] > best[0]:
-                best = (float(rec.fields["value"]), rec)
-    for rec in ctx.ev.of(Kind.STATS):
-        v = rec.fields.get("kv_usage")
-        if v is not None and (best is None or v > best[0]):
-            best = (float(v), rec)
-    return best
+def engine_budget(ctx: Context) -> tuple[float, Evidence | None] | None:
+    """gpu_memory_utilization and the record that states it."""
+    util = ctx.arg("gpu_memory_utilization")
+    try:
+        value = float(util)
+    except (TypeError, ValueError):
+        return None
+    if not 0 < value <= 1:
+        return None
+    source = next((r for r in reversed(ctx.launch) if "gpu_memory_utilization" in (r.fields.get("args") or {})), None)
+    if source is None:
+        source = next((m for m in ctx.ev.of(Kind.METRIC) if m.fields.get("name") == "cache_config"), None)
+    return value, source
 
 
 def _actual_usage(ctx: Context) -> tuple[float, Evidence] | None:
