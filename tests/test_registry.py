@@ -65,3 +65,11 @@ def test_known_bug_knowledge_base_loads_and_matches_ranges():
     assert {b.id for b in bugs} >= {"vllm-mm-accounting-0.6", "vllm-prefix-cache-leak-0.6"}
     assert in_range("0.6.0", ">=0.6.0,<0.6.2") and in_range("0.6.1.post2", ">=0.6.0,<0.6.2")
     assert not in_range("0.6.2", ">=0.6.0,<0.6.2") and not in_range("0.5.4", ">=0.6.0,<0.7.1")
+
+
+def test_bundled_data_directories_resolve():
+    from triage.paths import runbooks_dir, templates_dir, verdict_schema_path
+
+    assert runbooks_dir().is_dir() and templates_dir().is_dir()
+    assert verdict_schema_path().is_file()
+    assert (ROOT / "triage" / "data" / "known_bugs.yaml").is_file()
