@@ -9,9 +9,21 @@ from triage.evaluate import evaluate_corpus, run_case
 from tests.conftest import CORPUS
 
 CASES = sorted(CORPUS.glob("*.yaml"))
+# Realistic cases written to probe the rules (formats from the reference, situations from real
+# threads), kept as regressions. Not the development corpus: the figures come from CORPUS.
+SYNTHETIC = sorted((CORPUS.parent / "corpus_synthetic").glob("*.yaml"))
+KNOWN_OPEN = {
+    "b13-v02-old-torch-format-runtime": "1.08 GiB reserved-but-unallocated against a 1.53 GiB request and KV at "
+                                        "88%: neither fragmentation nor a spike is clear, so the tool says unknown",
+}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def _marked(paths):
+    return [pytest.param(p, id=p.stem, marks=pytest.mark.xfail(reason=KNOWN_OPEN[p.stem], strict=True))
+            if p.stem in KNOWN_OPEN else pytest.param(p, id=p.stem) for p in paths]
+
+
+@pytest.mark.parametrize("case", _marked(CASES + SYNTHETIC))
 def test_case_gets_its_label(case):
     result = run_case(case)
     assert result.error is None, result.error

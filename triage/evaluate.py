@@ -112,6 +112,8 @@ def run_case(path: Path) -> CaseResult:
             verdict, _ = classify_paths([str(folder)])
         except TriageError as exc:
             return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, str(exc))
+        except Exception as exc:  # one broken case must not stop the scoring of the others
+            return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, f"{type(exc).__name__}: {exc}")
     return CaseResult(path.stem, case["label"], sufficient, verdict.oom_class.value, verdict.confidence)
 
 

@@ -36,6 +36,8 @@ class Kind(str, Enum):
     # --- engine failure wrappers ---------------------------------------------------------
     ENGINE_START_FAILED = "engine_start_failed"
     ENGINE_DEAD = "engine_dead"
+    PROCESS_DIED = "process_died"              # a server process died without saying why (sigquit, "Killed")
+    REQUEST_FAILED = "request_failed"          # a request failed mid-generation (the server was serving)
     TRACEBACK = "traceback"                    # frames + the exception that ended them
     EXCEPTION = "exception"                    # an exception line not covered by a kind above
     # --- not a GPU OOM -------------------------------------------------------------------

@@ -17,7 +17,7 @@ from ..model import Evidence, Phase
 from .base import MAX_LINE_BYTES, InputFile, ParseContext
 from .kinds import Kind
 from .logline import LogLine, parse_line
-from .signatures import POOL_DETAIL, match_message
+from .signatures import match_message, pool_detail
 from .torch_oom import is_complete, parse_torch_oom
 
 NAME = "log"
@@ -41,7 +41,7 @@ _STARTUP_PROGRESS = {Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.MAX_CONCURRENCY
 _FAILURE_KINDS = {
     Kind.TORCH_OOM, Kind.CUDA_OOM, Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS, Kind.FREE_MEMORY_LOW,
     Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.PROFILING_ERROR, Kind.KV_POOL_OOM, Kind.ENGINE_START_FAILED,
-    Kind.ENGINE_DEAD, Kind.TRACEBACK, Kind.EXCEPTION, Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED,
+    Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED, Kind.TRACEBACK, Kind.EXCEPTION, Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED,
     Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS, Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR,
     Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH,
 }
@@ -54,7 +54,7 @@ def sniff(head: bytes, name: str) -> int:
 
 @dataclass
 class _Traceback:
-    frames: list[tuple[str, int, str]] = field(default_factory=list)
+    frames: list[tuple] = field(default_factory=list)       # (file, line, function[, source line])
     start_line: int = 0
     open: bool = False
     after_frame: bool = False        # the next line is the frame's source line, indented or not
@@ -148,6 +148,8 @@ class LogScanner:
         if tb is not None and tb.open and tb.frames:
             code_line = tb.after_frame and not _EXCEPTION.match(stripped)
             tb.after_frame = False
+            if code_line and len(tb.frames[-1]) == 3:
+                tb.frames[-1] = (*tb.frames[-1], stripped[:160])
             if code_line or _CARET.match(msg) or (log.indented and not _EXCEPTION.match(stripped)) \
                     or any(c in msg for c in _CHAIN):
                 return  # source code / caret lines inside a traceback
@@ -227,10 +229,9 @@ class LogScanner:
             fields = parse_torch_oom(joined)
             grew = fields is not None and _filled(fields) > _filled(p.fields)
         else:
-            detail = POOL_DETAIL.search(stripped)
-            fields = {**p.fields, **({"available_tokens": int(detail.group(1)), "free_tokens": int(detail.group(2)),
-                                      "evictable_tokens": int(detail.group(3))} if detail else {})}
-            grew = detail is not None
+            detail = pool_detail(stripped)
+            fields = {**p.fields, **detail}
+            grew = bool(detail)
         p.budget -= 1
         if grew and fields is not None:
             p.fields, p.text = fields, joined
@@ -302,14 +303,16 @@ class LogScanner:
         elif kind is Kind.STATS:
             if any((fields.get(k) or 0) > 0 for k in ("running", "prompt_tps", "generation_tps", "kv_usage", "waiting")):
                 self.phase = Phase.SERVING
-        elif kind is Kind.PREEMPTION:
+        elif kind in (Kind.PREEMPTION, Kind.REQUEST_FAILED):
             self.phase = Phase.SERVING
 
 
 def _complete(kind: Kind, fields: dict[str, Any]) -> bool:
     if kind is Kind.TORCH_OOM:
         return is_complete(fields)
-    return "available_tokens" in fields
+    if fields.get("engine") != "sglang":
+        return True
+    return "evictable_tokens" in fields and ("free_tokens" in fields or "available_tokens" in fields)
 
 
 def _filled(fields: dict[str, Any]) -> int:

@@ -79,8 +79,9 @@ def sniff(head: bytes, name: str) -> int:
     m = SUMMARY_HEADER_RE.search(text)
     if not m:
         return 0
-    # A summary at the top is a summary file; deep inside, it is a log that printed one.
-    return 80 if text.count("\n", 0, m.start()) < 5 else 15
+    # A summary at the top is a summary file; deep inside, it is a log that printed one, and the
+    # log parser reads the table there itself (along with the OOM line beside it).
+    return 80 if text.count("\n", 0, m.start()) < 5 else 0
 
 
 # ---------------------------------------------------------------------------------- parse

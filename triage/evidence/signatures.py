@@ -163,7 +163,8 @@ def _weights(m: re.Match[str], msg: str) -> Fields:
 
 def _profile_pairs(m: re.Match[str], msg: str) -> Fields:
     fields: Fields = {}
-    for key, val, unit in re.findall(r"(\w+)=([\d.]+)(GiB)?", msg):
+    # Values may be negative (kv_cache_size=-4.71GiB: nothing left) and the line ends with ".".
+    for key, val, unit in re.findall(r"(\w+)=(-?\d+(?:\.\d+)?)(GiB)?", msg):
         fields[key + ("_bytes" if unit else "")] = gib(float(val)) if unit else float(val)
     return fields
 
@@ -332,7 +333,8 @@ SIGNATURES: tuple[Signature, ...] = (
        _R(r"Cannot allocate memory|DefaultCPUAllocator: can't allocate memory|std::bad_alloc|ray\.exceptions\.OutOfMemoryError"
           r"|running low on memory|low on resource: memory|^(?:[\w.]+\.)?MemoryError\b"), final=True),
     _S(Kind.OOM_KILLED, ("OOMKilled", "137"),
-       _R(r"\bOOMKilled\b|Exited \(137\)|exit(?:ed with)? code:? 137\b|exitCode\"?:\s*137\b")),
+       _R(r"\bOOMKilled\b|Exited \(137\)|exit(?:ed with)? code:? 137\b|exitCode\"?:\s*137\b|Exit Code:\s*137\b"),
+       lambda m, msg: {"reason": "OOMKilled" if "OOMKilled" in msg else "exit 137 (SIGKILL)"}),
     _S(Kind.XID, ("Xid",), _R(r"S?Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): (\d+),\s*(.*)"), _xid),
     _S(Kind.GPU_LOST, ("fallen off the bus",), _R(r"fallen off the bus")),
     _S(Kind.ECC_ERROR, ("ECC", "double bit error"), _R(r"uncorrectable ECC error|ECC error|double bit error \(DBE\)")),
@@ -343,7 +345,9 @@ SIGNATURES: tuple[Signature, ...] = (
        _R(r"^(?!.*out of memory).*(?:NCCL error|nccl\w*Error|Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:[Tt]imeout|failed)|NCCL WARN|NCCL communicator was aborted)")),
     _S(Kind.PROCESS_CRASH, ("Segmentation fault", "SIGSEGV", "stack overflow", "Bus error", "SIGBUS"),
        _R(r"Segmentation fault|SIGSEGV|[Ss]tack overflow|Bus error|SIGBUS"), lambda m, msg: {"signal": m.group(0)}),
-    _S(Kind.CHILD_KILLED, ("Killed",), _R(r"^Killed$"), lambda m, msg: {"process": None, "exit_code": -9}),
+    # A process died without saying why: a failure, but not evidence of what failed.
+    _S(Kind.PROCESS_DIED, ("Received sigquit", "Killed"),
+       _R(r"Received sigquit from a child process|^Killed$"), lambda m, msg: {"signal": m.group(0)}),
     _S(Kind.CHILD_KILLED, ("-9",),
        _R(r"(?P<name>[\w:-]+(?: proc)?\s*\S*) died (?:unexpectedly )?(?:\(exit code: -9\)|with exit code -9)|exitcode=-9|(?P<name2>'[\w]+')\s*:\s*-9\b"),
        lambda m, msg: {"process": m.group("name") or m.group("name2"), "exit_code": -9}),
@@ -370,6 +374,9 @@ SIGNATURES: tuple[Signature, ...] = (
        _R(r"(?:Decode|Prefill) out of memory happened|KV cache pool is full\. Retract requests"),
        lambda m, msg: {"engine": "sglang", "mode": "retract"}),
     _S(Kind.KV_POOL_OOM, ("out of memory",), _R(r"\b(Prefill|Decode) out of memory(?!\s+happened)"), _kv_pool),
+    _S(Kind.KV_POOL_OOM, ("No usable cache memory left", "No free blocks are available"),
+       _R(r"No usable cache memory left|Out of memory! No free blocks are available"),
+       lambda m, msg: {"engine": "vllm", "stage": "block allocation"}),
     # The allocator's message with its numbers.
     _S(Kind.TORCH_OOM, ("out of memory", "Out of memory"), OOM_START, _torch_oom),
     # Raw CUDA/driver OOMs (no allocator breakdown).
@@ -430,14 +437,23 @@ SIGNATURES: tuple[Signature, ...] = (
           r"|Compile and warming up model|torch\.compile takes|Dynamo bytecode transform time|Loading weights took"
           r"|Using model weights format|Loading (?:safetensors|pt) checkpoint shards|Warming up model|[Ww]armup (?:started|begin)"),
        lambda m, msg: {"step": m.group(0)}),
+    _S(Kind.STARTUP_STEP, ("llm_load_tensors", "llama_new_context_with_model", "llama_kv_cache_init", "llama_model_load",
+                           "waiting for llama runner", "starting llama server"),
+       _R(r"^(?:llm_load_tensors|llama_new_context_with_model|llama_kv_cache_init|llama_model_load)\b|waiting for llama runner|starting llama server"),
+       lambda m, msg: {"step": m.group(0), "engine": "llama.cpp"}),
+    _S(Kind.ENGINE_START_FAILED, ("error loading", "failed to load model", "llama runner process has terminated"),
+       _R(r"error loading (?:llama server|model)|failed to load model|llama runner process has terminated"),
+       lambda m, msg: {"engine": "llama.cpp"}),
     _S(Kind.WEIGHTS_LOADED, ("Load weight end",), _R(r"Load weight end\..*?mem usage=([\d.]+) GB"),
        lambda m, msg: {"weights_bytes": gib(float(m.group(1))), "engine": "sglang"}),
     _S(Kind.KV_CAPACITY, ("KV Cache is allocated",), _R(r"KV Cache is allocated\. #tokens: (\d+)"),
        lambda m, msg: {"kv_tokens": int(m.group(1)), "engine": "sglang"}),
     _S(Kind.STARTUP_COMPLETE, ("init engine", "Starting vLLM server on", "Application startup complete", "Uvicorn running on",
-                               "Available routes are", "fired up and ready", "Connected"),
+                               "Available routes are", "fired up and ready", "Connected",
+                               "llama runner started"),
        _R(r"init engine \(profile, create kv cache, warmup model\) took|Starting vLLM server on|Application startup complete"
-          r"|Uvicorn running on|Available routes are|The server is fired up and ready to roll|^Connected$")),
+          r"|Uvicorn running on|Available routes are|The server is fired up and ready to roll|^Connected$"
+          r"|llama runner started in")),
     _S(Kind.STATS, ("Avg prompt throughput", "Prefix cache hit rate: GPU"),
        _R(r"Avg prompt throughput|Prefix cache hit rate: GPU"), _stats),
     _S(Kind.STATS, ("batch.",), _R(r"\b(Prefill|Decode) batch\.?"), _sglang_stats),
@@ -445,12 +461,35 @@ SIGNATURES: tuple[Signature, ...] = (
        _R(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)"),
        lambda m, msg: {"mode": m.group(1), "cumulative": int(m.group(2))}),
     _S(Kind.SLEEP_MEMORY, ("memory is still in use",), _R(r"([\d.]+) GiB memory is still in use"), _sleep),
+    _S(Kind.REQUEST_SERVED, ("[GIN]",), _R(r"\[GIN\][^|]*\|\s*(\d{3})\s*\|.*\|\s*(GET|POST|PUT|DELETE)\s+\"([^\"]+)\""),
+       lambda m, msg: {"client": None, "method": m.group(2), "path": m.group(3), "status": int(m.group(1))}),
+    _S(Kind.REQUEST_SERVED, ("text_generation_router::server",), _R(r"text_generation_router::server: \S+: Success$"),
+       lambda m, msg: {"client": None, "method": "POST", "path": "/generate", "status": 200}),
+    _S(Kind.REQUEST_FAILED, ("Request failed during generation", "batch{"),
+       _R(r"Request failed during generation|batch\{[^}]*\}:(?:prefill|decode)"), lambda m, msg: {"engine": "tgi"}),
     _S(Kind.REQUEST_SERVED, ('HTTP/',),
        _R(r"([\w.:\[\]]+):\d+ - \"(GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) (\S+) HTTP/[\d.]+\" (\d{3})"), _access),
 )
 
 #: Continuation lines of a multi-line SGLang pool OOM ("Available full tokens: ...").
-POOL_DETAIL = re.compile(r"Available (?:full )?tokens: (\d+) \((?:full_)?available_size=(\d+) \+ (?:full_)?evictable_size_?=(\d+)\)")
+# SGLang prints the pool state after a prefill OOM, in several wordings over versions:
+#   "Available full tokens: 320512 (full_available_size=192 + full_evictable_size_=320320)"
+#   "Available tokens: 201344" / "self.token_to_kv_pool_allocator.available_size()=1152" /
+#   "self.tree_cache.evictable_size()=200192"
+POOL_FIELDS = (
+    ("available_tokens", re.compile(r"Available (?:full )?tokens: (\d+)")),
+    ("free_tokens", re.compile(r"available_size(?:\(\))?=(\d+)")),
+    ("evictable_tokens", re.compile(r"evictable_size_?(?:\(\))?=(\d+)")),
+)
+
+
+def pool_detail(text: str) -> Fields:
+    out: Fields = {}
+    for key, rx in POOL_FIELDS:
+        m = rx.search(text)
+        if m:
+            out[key] = int(m.group(1))
+    return out
 
 # One pass over the message finds which guards occur; only their signatures are tried.
 # (Trying 60 signatures on each of millions of access-log lines is what makes a 1 GB log slow.)

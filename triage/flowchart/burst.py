@@ -50,6 +50,22 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
     return notes, used
 
 
+def _has_hit_rate(ctx: Context) -> bool:
+    return any(s.fields.get("prefix_hit_rate") is not None for s in ctx.ev.of(Kind.STATS)) or any(
+        m.fields.get("name") == "prefix_cache_hit_rate" for m in ctx.ev.of(Kind.METRIC))
+
+
+def quiet_before(ctx: Context, anchor: Evidence | None) -> str | None:
+    """The last stats line before the failure, if it shows an idle-ish server (KV < 50%, no queue)."""
+    stats = [s for s in ctx.last_before(Kind.STATS.value, anchor) if s.fields.get("kv_usage") is not None]
+    if not stats:
+        return None
+    last = stats[-1].fields
+    if last["kv_usage"] < 0.5 and not last.get("waiting"):
+        return f"KV usage {pct(last['kv_usage'])}, nothing waiting"
+    return None
+
+
 def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     oom = ctx.primary
     if oom is None or phase.phase == "startup":
@@ -62,18 +78,38 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if notes:
         causes.append(Cause("long_prompt_burst", "Load spike: " + "; ".join(notes), tuple(used)))
         confidence = 0.6 + 0.1 * len(notes)
-    small = unalloc is not None and (unalloc < SMALL_UNALLOCATED or (tried and unalloc < tried))
+    small = unalloc is not None and (unalloc < SMALL_UNALLOCATED or (tried and unalloc < 0.5 * tried))
+    quiet = quiet_before(ctx, oom)
+    if phase.phase == "unknown" and not causes:
+        # Without a phase, only load signals point at a burst; small unallocated memory merely
+        # rules out fragmentation.
+        return Assessment(CLASS, 0.0, "", "nothing shows it was serving under load",
+                          attach=["the log lines before the OOM (start-up lines, or requests/stats showing load)"])
     if small:
         notes.append(f"only {format_bytes(unalloc)} reserved-but-unallocated: the memory was in use, not fragmented")
         confidence = max(confidence, 0.6) + (0.05 if causes else 0)
+    ambiguous = unalloc is not None and not small
     if not notes:
-        confidence = 0.5 if phase.phase == "runtime" else 0.0
+        # A runtime OOM with nothing else is most often a spike; but allocator numbers that
+        # neither show fragmentation nor rule it out leave it open.
+        confidence = 0.35 if ambiguous else 0.5
+    if not causes and ctx.args.get("enable_prefix_caching") is True and not _has_hit_rate(ctx):
+        confidence -= 0.25    # a cache the operator turned on explains full memory as well as a spike does
+        notes.append("prefix caching is on and its hit rate is not in the evidence")
     if phase.phase == "unknown":
-        confidence = min(confidence, 0.45) if not causes else confidence - 0.1
+        confidence -= 0.1
+    if quiet is not None and not causes:
+        # The last reading before the OOM shows a quiet server: a spike is not what the evidence says.
+        confidence -= 0.25
+        notes.append(f"but the last stats before it show little load ({quiet})")
     causes += detect(ctx, "concurrency_misjudged", "accounting_discrepancy", "known_engine_bug")
     confidence = min(0.95, confidence)
-    attach = [] if len(notes) >= 2 else [
+    attach = [] if len(notes) >= 2 and confidence >= 0.6 else [
         "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]
+    if "prefix caching is on and its hit rate is not in the evidence" in notes:
+        attach.append("the prefix-cache hit rate (stats lines or vllm:prefix_cache_hits/queries)")
+    if ambiguous and not causes:
+        attach.append("torch.cuda.memory_stats() or memory_summary() at the OOM (fragmentation or not)")
     summary = "Runtime burst OOM while serving" + (f": {'; '.join(notes)}" if notes else
                                                    " (no load or allocator signals to confirm it)")
     extra = [c for c in causes if c.id != "long_prompt_burst"]

@@ -15,7 +15,8 @@ from ..model import Evidence, EvidenceSet
 
 _ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
                  "server_args": 2, "engine config": 1}
-_FAILURE_TEXT_KINDS = {Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.EXCEPTION, Kind.TRACEBACK}
+_FAILURE_TEXT_KINDS = {Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED,
+                       Kind.EXCEPTION, Kind.TRACEBACK}
 _NEAR_LINES = 400
 
 

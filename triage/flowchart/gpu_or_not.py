@@ -8,6 +8,7 @@ when both appear, only a hardware fault or host kill *before* the GPU OOM takes 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..evidence.kinds import Kind
@@ -33,6 +34,10 @@ def assess(ctx: Context) -> GpuAnswer:
     gpu, not_gpu = ctx.gpu_oom, ctx.not_gpu
     if gpu:
         first = gpu[0]
+        pinned = _pinned_host_allocation(ctx, first)
+        if pinned is not None:
+            return GpuAnswer("no", f"the failing allocation at {pinned.where} is pinned host memory (CPU cache / swap "
+                                   "space), which CUDA reports as out of memory: a host RAM limit", [pinned, first])
         earlier = [e for e in not_gpu if _is_root_cause(e) and _strictly_before(e, first)]
         if earlier:
             return GpuAnswer("no", f"{_label(earlier[0])} happened before the GPU OOM, which followed from it",
@@ -57,6 +62,20 @@ def assess(ctx: Context) -> GpuAnswer:
         return GpuAnswer("unclear", f"a failure at {first.where}, but the evidence does not say what failed",
                          ctx.other_failures[:3])
     return GpuAnswer("no_failure", "no failure of any kind in the evidence")
+
+
+_HOST_BUFFER = re.compile(r"cpu_cache|num_cpu_blocks|[\"']cpu[\"']|pin_memory|swap_space|cpu_blocks")
+
+
+def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
+    """A raw CUDA OOM whose innermost frames allocate the CPU (swap) KV cache or pinned buffers."""
+    if oom.kind != Kind.CUDA_OOM.value:
+        return None
+    for tb in ctx.tracebacks_near(oom, span=60):
+        inner = tb.fields.get("frames", [])[-3:]
+        if any(len(f) > 3 and _HOST_BUFFER.search(str(f[3])) for f in inner):
+            return tb
+    return None
 
 
 def _derived_kv_failure(ctx: Context) -> Evidence | None:

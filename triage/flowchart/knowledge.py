@@ -87,6 +87,9 @@ def _condition(ctx, req: str) -> bool:
 
 def prefix_caching_enabled(ctx) -> bool | None:
     """True/False when the evidence says, None when it does not."""
+    if ctx.engine == "sglang":
+        # SGLang's radix (prefix) cache is on unless --disable-radix-cache.
+        return not bool(ctx.args.get("disable_radix_cache"))
     val = ctx.args.get("enable_prefix_caching")
     if isinstance(val, bool):
         return val

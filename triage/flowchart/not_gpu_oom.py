@@ -40,6 +40,10 @@ def assess(ctx: Context, gpu: GpuAnswer) -> Assessment:
         return Assessment(CLASS, 0.0, "", "a GPU OOM is in the evidence")
     causes: dict[str, Cause] = {}
     best = 0.0
+    if not ctx.not_gpu:   # a GPU-looking OOM that the walk showed to be host memory (pinned buffers)
+        return Assessment(CLASS, 0.8, "Not a GPU OOM: a pinned host-memory allocation failed (host RAM)", gpu.why,
+                          list(gpu.evidence), [Cause("host_oom", "Host memory exhausted: pinned CPU buffers (swap "
+                                                     "space / CPU KV cache) could not be allocated", tuple(gpu.evidence))])
     for rec in ctx.not_gpu:
         cid, title, conf = _classify(rec)
         if cid not in causes:
@@ -57,6 +61,9 @@ def assess(ctx: Context, gpu: GpuAnswer) -> Assessment:
 
 
 def _classify(rec) -> tuple[str, str, float]:
+    if rec.kind == Kind.OOM_KILLED.value and rec.fields.get("reason") != "OOMKilled":
+        # Exit 137 is SIGKILL: the OOM killer most often, but also a kill after a stop timeout.
+        return "host_oom", "The container exited 137 (SIGKILL), the usual footprint of the host OOM killer", 0.7
     if rec.kind == Kind.XID.value:
         code = rec.fields.get("code")
         if code in _HW_XIDS:

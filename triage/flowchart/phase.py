@@ -20,7 +20,7 @@ QUESTION = "Did it fail before the engine was serving?"
 
 # Function names that only run while a server starts (vLLM V0/V1, SGLang, TGI, HF loaders).
 STARTUP_FUNCS = frozenset({
-    "load_model", "load_weights", "_load_weights", "process_weights_after_loading", "initialize_model",
+    "load_model", "load_weights", "_dummy_run", "_load_weights", "process_weights_after_loading", "initialize_model",
     "_initialize_model", "make_layers", "get_model", "profile_run", "_dummy_sampler_run", "_dummy_pooler_run",
     "determine_available_memory", "determine_num_available_blocks", "initialize_cache", "_initialize_kv_caches",
     "initialize_kv_cache", "initialize_kv_cache_tensors", "init_device", "request_memory", "capture_model",
@@ -33,7 +33,7 @@ STARTUP_FUNCS = frozenset({
 RUNTIME_FUNCS = frozenset({
     "step", "step_async", "engine_step", "run_busy_loop", "_process_engine_step", "run_engine_loop",
     "start_worker_execution_loop", "execute_model_async", "forward_thread_func", "event_loop_normal",
-    "event_loop_overlap", "run_batch", "_run_engine", "generate", "_execute_model_spmd", "execute_dummy_batch",
+    "event_loop_overlap", "run_batch", "_run_engine", "generate", "_execute_model_spmd",
     "process_batch_result", "sample_tokens", "_run_workers", "run_step", "step_with_batch_queue",
     "_handle_client_request", "Decode", "Prefill", "decode", "prefill", "output_handler", "execute_model",
 })
@@ -53,7 +53,8 @@ class PhaseAnswer:
 def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     checks = [e for e in ctx.gpu_oom if e.kind in {k.value for k in STARTUP_CHECK_KINDS}]
     if checks:
-        return PhaseAnswer("startup", f"vLLM's start-up memory check failed ({checks[0].kind} at {checks[0].where})",
+        engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
+        return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
                            0.95, checks[:2])
     tbs = ctx.tracebacks_near(anchor)
     frames = ctx.frames_near(anchor)
@@ -80,7 +81,7 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                  and e.kind in ("weights_loaded", "memory_profile", "kv_capacity", "startup_begin", "launch_config")]
         return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)", 0.75,
                            marks[-1:])
-    dead = ctx.ev.of(Kind.ENGINE_DEAD)
+    dead = ctx.ev.of(Kind.ENGINE_DEAD, Kind.REQUEST_FAILED)
     failed = ctx.ev.of(Kind.ENGINE_START_FAILED)
     if failed and not dead:
         return PhaseAnswer("startup", f"the engine reported it failed to start ({failed[0].where})", 0.8, failed[:1])
@@ -89,8 +90,8 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", 0.0, tbs[:1])
 
 
-def _is_startup_frame(frame: tuple[str, int, str]) -> bool:
-    path, _, func = frame
+def _is_startup_frame(frame: tuple) -> bool:
+    path, func = frame[0], frame[2]
     if func in STARTUP_FUNCS or _REPACK.search(func):
         return True
     # Constructors of the engine and of model layers run once, at start-up.

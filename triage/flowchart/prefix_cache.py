@@ -26,6 +26,10 @@ EVICTABLE_SHARE = 0.5
 def pool_not_evicted(ctx: Context) -> Cause | None:
     for rec in ctx.ev.of(Kind.KV_POOL_OOM):
         f = rec.fields
+        if f.get("engine") == "vllm" and prefix_caching_enabled(ctx):
+            return Cause("prefix_cache_pressure",
+                         "KV block pool exhausted with prefix caching on: no cached block left to evict", (rec,),
+                         "the block manager found no free or evictable block for a running sequence")
         avail, free, evictable = f.get("available_tokens"), f.get("free_tokens"), f.get("evictable_tokens")
         if avail and evictable is not None and free is not None and evictable >= EVICTABLE_SHARE * avail:
             return Cause("prefix_cache_pressure",
@@ -60,7 +64,12 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     bug = detect(ctx, "known_engine_bug")
     prefix_bug = [c for c in bug if "prefix" in c.title.lower()]
     if low is None and not prefix_bug:
-        return Assessment(CLASS, 0.0, "", "prefix caching is on but its hit rate is not low")
+        known = any(s.fields.get("prefix_hit_rate") is not None for s in ctx.ev.of(Kind.STATS)) or any(
+            m.fields.get("name") == "prefix_cache_hit_rate" for m in ctx.ev.of(Kind.METRIC))
+        why = "prefix caching is on but its hit rate is not low" if known else \
+              "prefix caching is on; the evidence has no hit rate to judge it by"
+        attach = [] if known else ["stats lines or /metrics with the prefix-cache hit rate"]
+        return Assessment(CLASS, 0.0, "", why, attach=attach)
     causes: list[Cause] = []
     evidence: list[Evidence] = [oom]
     confidence = 0.45
