@@ -53,11 +53,17 @@ def test_burst_caps_use_the_observed_concurrency_and_the_gpu_size(tmp_path):
         f"INFO 10-17 12:00:{s:02d} metrics.py:349] Avg prompt throughput: 9000.0 tokens/s, Avg generation throughput: "
         f"100.0 tokens/s, Running: 48 reqs, Swapped: 0 reqs, Pending: {s * 2} reqs, GPU KV cache usage: {95 + s / 10:.1f}%, "
         "CPU KV cache usage: 0.0%." for s in range(0, 50, 5))
-    v = verdict_for(tmp_path, stats + "\n" + OOM)
+    v = verdict_for(tmp_path, "$ vllm serve m --max-num-batched-tokens 65536\n" + stats + "\n" + OOM)
     assert v.oom_class.value == "burst"
     recs = {r.setting: r for r in v.recommendations}
     assert recs["max_num_seqs"].to_value == 32 and recs["max_num_seqs"].basis == "incident"
     assert recs["max_num_batched_tokens"].to_value == 16384 and recs["max_num_batched_tokens"].basis == "rule_of_thumb"
+    # Never a "cap" above what is in force or what failed.
+    unknown = verdict_for(tmp_path, stats + "\n" + OOM)
+    assert "max_num_batched_tokens" not in {r.setting for r in unknown.recommendations}
+    few = verdict_for(tmp_path, stats.replace("Running: 48", "Running: 5") + "\n" + OOM)
+    seqs = [r.to_value for r in few.recommendations if r.setting == "max_num_seqs"]
+    assert seqs == [] or seqs[0] < 5
 
 
 def test_fragmentation_recommends_expandable_segments_as_env(tmp_path):

@@ -103,8 +103,8 @@ def _startup(ctx: Context, causes: set[str]) -> list[Recommendation]:
         warm = ctx.ev.first(Kind.WARMUP_OOM)
         setting = (warm.fields.get("setting") if warm else None) or "max_num_seqs"
         cur = _int(_current(ctx, setting)) or (warm.fields.get("dummy_requests") or warm.fields.get("tokens") if warm else None)
-        if cur:
-            new = max(16, 2 ** int(math.log2(max(1, cur // 2))))
+        if cur and cur >= 2:
+            new = cur // 2
             out.append(Recommendation(setting, cur, new, f"the start-up warm-up for {setting}={cur} did not fit; halve it "
                                       "(the sampler's warm-up allocates per sequence)", "incident"))
     if "model_too_large" in causes:
@@ -156,7 +156,8 @@ def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
     cur_tokens = _int(_current(ctx, "max_num_batched_tokens"))
     if total:
         target = next(t for limit, t in _BATCHED_TOKENS if total <= limit)
-        if cur_tokens is None or cur_tokens > target:
+        # Only ever lower it: with the current value unknown, the engine's default may be below the table.
+        if cur_tokens is not None and cur_tokens > target:
             out.append(Recommendation("max_num_batched_tokens", cur_tokens, target,
                                       f"cap the tokens of one forward pass for a {total / GiB:.0f} GiB GPU "
                                       "(flowchart table: 24 GB -> 4096, 40 GB -> 8192, 80 GB -> 16384-24576)",
@@ -165,8 +166,8 @@ def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
     running = max((s.fields.get("running") or 0 for s in stats[-6:]), default=0)
     cur_seqs = _int(_current(ctx, "max_num_seqs"))
     if running >= 4:
-        new = max(8, 2 ** int(math.log2(running * 0.75)))
-        if cur_seqs is None or new < cur_seqs:
+        new = 2 ** int(math.log2(running * 0.75))     # a power of two below the concurrency that failed
+        if new < running and (cur_seqs is None or new < cur_seqs):
             out.append(Recommendation("max_num_seqs", cur_seqs, new,
                                       f"{int(running)} requests were running when it failed; cap concurrency below "
                                       "that (and rate-limit per pod at the gateway)", "incident"))

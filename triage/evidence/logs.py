@@ -29,6 +29,11 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _CARET = re.compile(r"^\s*[\^~]+\s*$")
 _EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Aborted))(?::\s?(?P<msg>.*))?$")
+# Exceptions a healthy server logs on shutdown or when a client goes away: not failures.
+BENIGN_EXCEPTIONS = frozenset({
+    "CancelledError", "KeyboardInterrupt", "SystemExit", "GeneratorExit", "ConnectionResetError",
+    "BrokenPipeError", "ConnectionAbortedError", "ClientDisconnect", "ClientDisconnected", "StopAsyncIteration",
+})
 _CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
 # vLLM's request logging (--enable-log-requests): prompts and outputs, i.e. user text.
 _REQUEST_LOG_MARKERS = (b"Received request", b"Added request", b"Finished request", b"Generated response",
@@ -186,7 +191,7 @@ class LogScanner:
                 continue
             yield from self._emit(lineno, log, kind, stripped, fields)
             emitted = True
-        if exc and not emitted and exc.group("type") not in ("UserWarning", "DeprecationWarning", "FutureWarning"):
+        if exc and not emitted and exc.group("type") not in BENIGN_EXCEPTIONS:
             yield from self._emit(lineno, log, Kind.EXCEPTION, stripped,
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
 

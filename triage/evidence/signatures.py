@@ -337,12 +337,13 @@ SIGNATURES: tuple[Signature, ...] = (
        lambda m, msg: {"reason": "OOMKilled" if "OOMKilled" in msg else "exit 137 (SIGKILL)"}),
     _S(Kind.XID, ("Xid",), _R(r"S?Xid \((?:PCI:)?([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): (\d+),\s*(.*)"), _xid),
     _S(Kind.GPU_LOST, ("fallen off the bus",), _R(r"fallen off the bus")),
-    _S(Kind.ECC_ERROR, ("ECC", "double bit error"), _R(r"uncorrectable ECC error|ECC error|double bit error \(DBE\)")),
+    _S(Kind.ECC_ERROR, ("ECC", "double bit error"),
+       _R(r"uncorrectable ECC error|[Uu]ncorrectable.*ECC|ECC.*[Uu]ncorrectable|double bit error|\bDBE\b")),
     _S(Kind.ILLEGAL_MEMORY_ACCESS, ("illegal memory access", "illegal instruction", "misaligned address"),
        _R(r"an illegal memory access was encountered|illegal memory access|an illegal instruction was encountered|misaligned address")),
     # An NCCL failure that reports a CUDA OOM is a GPU OOM (matched below), not an NCCL fault.
     _S(Kind.NCCL_ERROR, ("NCCL", "nccl"),
-       _R(r"^(?!.*out of memory).*(?:NCCL error|nccl\w*Error|Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:[Tt]imeout|failed)|NCCL WARN|NCCL communicator was aborted)")),
+       _R(r"^(?!.*out of memory).*(?:NCCL error|nccl\w*Error|Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:[Tt]imeout|failed)|NCCL communicator was aborted)")),
     _S(Kind.PROCESS_CRASH, ("Segmentation fault", "SIGSEGV", "stack overflow", "Bus error", "SIGBUS"),
        _R(r"Segmentation fault|SIGSEGV|[Ss]tack overflow|Bus error|SIGBUS"), lambda m, msg: {"signal": m.group(0)}),
     # A process died without saying why: a failure, but not evidence of what failed.

@@ -24,9 +24,11 @@ from .causes import detect
 
 CLASS = OomClass.CHRONIC
 FRAG_MIN_BYTES = 1 << 30
+FRAG_MIN_SHARE = 0.03        # of the card: below this, reserved-but-unallocated is allocator slack
 FRAG_SHARE = 0.30            # memory_stats fragmentation ratio worth naming
 LEAK_MIN_RISE = 0.05         # of the card, over the readings
 LONG_UPTIME_S = 6 * 3600
+LEAK_MIN_SPAN_S = 3600
 
 
 def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
@@ -34,7 +36,9 @@ def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
         unalloc = oom.fields.get("reserved_unallocated_bytes")
         tried = oom.fields.get("tried_bytes") or 0
         alloc = oom.fields.get("allocated_bytes")
-        if unalloc is not None and unalloc >= FRAG_MIN_BYTES and unalloc >= tried:
+        capacity = oom.fields.get("capacity_bytes") or 0
+        big_enough = unalloc is not None and unalloc >= FRAG_MIN_BYTES and (not capacity or unalloc >= FRAG_MIN_SHARE * capacity)
+        if big_enough and unalloc >= tried:
             reserved = (alloc or 0) + unalloc
             ratio = unalloc / reserved if reserved else None
             return Cause("allocator_fragmentation",
@@ -67,10 +71,15 @@ def leak(ctx: Context, oom: Evidence | None) -> Cause | None:
     monotone = sum(1 for a, b in zip(series, series[1:]) if b[0] >= a[0]) >= 0.8 * (len(series) - 1)
     if rise <= 0 or not monotone or rise / total < LEAK_MIN_RISE:
         return None
-    load = [s.fields.get("running") for s in ctx.ev.of(Kind.STATS) if s.fields.get("running") is not None]
-    flat = len(load) < 3 or (mean(load) > 0 and pstdev(load) / mean(load) < 0.5)
-    if not flat:
-        return None
+    from_sleep = first[1].kind == Kind.SLEEP_MEMORY.value
+    if not from_sleep:
+        # nvidia-smi / DCGM readings: the start-up ramp (weights, KV pool) is not a leak; ask for
+        # an hour of readings and positive evidence that the load stayed flat.
+        if first[1].time is None or last[1].time is None or (last[1].time - first[1].time).total_seconds() < LEAK_MIN_SPAN_S:
+            return None
+        load = [s.fields.get("running") for s in ctx.ev.of(Kind.STATS) if s.fields.get("running") is not None]
+        if len(load) < 3 or not (mean(load) > 0 and pstdev(load) / mean(load) < 0.5):
+            return None
     span = ""
     if first[1].time and last[1].time:
         hours = (last[1].time - first[1].time).total_seconds() / 3600
@@ -84,9 +93,12 @@ def _memory_series(ctx: Context) -> list[tuple[int, Evidence]]:
     if len(sleep) >= 3:
         return sleep
     readings: dict[str, list[tuple[int, Evidence]]] = {}
+    ready = [e.time for e in ctx.ev.of(Kind.STARTUP_COMPLETE) if e.time is not None]
     for r in ctx.ev.of(Kind.GPU_MEMORY):
         if r.fields.get("used_bytes") is None:
             continue
+        if ready and r.time is not None and r.time < min(ready):
+            continue   # the start-up ramp (weights, KV pool, graphs) is not growth
         key = f"{r.fields.get('host', '')}/{r.fields.get('gpu')}/{r.fields.get('uuid')}"
         readings.setdefault(key, []).append((r.fields["used_bytes"], r))
     best = max(readings.values(), key=len, default=[])
@@ -120,5 +132,5 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if oom is None:
         summary = "Chronic memory growth (no OOM line in the evidence yet): " + causes[0].title
     evidence = ([oom] if oom else []) + [e for c in causes for e in c.evidence]
-    return Assessment(CLASS, round(min(confidence, 0.95), 2), summary, phase.why or "memory grew over time",
+    return Assessment(CLASS, round(min(confidence, 0.95), 2), summary, "; ".join(c.title for c in causes[:2]),
                       evidence, causes, [])

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
+from ..evidence.logs import BENIGN_EXCEPTIONS
 from ..evidence.signatures import literal
 from ..model import Evidence, EvidenceSet
 
@@ -37,8 +38,10 @@ class Context:
 
     @cached_property
     def other_failures(self) -> list[Evidence]:
-        """Failure lines that do not say what failed (wrappers, bare tracebacks, exceptions)."""
-        return _ordered(self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR))
+        """Failure lines that do not say what failed (wrappers, bare tracebacks, exceptions).
+        A traceback ending in a shutdown or client-disconnect exception is not a failure."""
+        return _ordered([e for e in self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR)
+                         if not (e.kind == Kind.TRACEBACK.value and e.fields.get("exception") in BENIGN_EXCEPTIONS)])
 
     @property
     def any_failure(self) -> bool:

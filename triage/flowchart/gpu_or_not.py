@@ -20,6 +20,10 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 # Signals that follow a GPU OOM as its consequences (teardown, peers timing out).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value}
 _CONSEQUENCE_XIDS = {13, 31, 43, 45}
+# Informational Xids (a row remap recorded, a high single-bit ECC rate): worth a look, never a crash cause.
+_INFORMATIONAL_XIDS = {63, 92}
+# A host kill or hardware fault explains a GPU OOM only if it came shortly before it.
+ROOT_CAUSE_WINDOW_S = 15 * 60
 
 
 @dataclass
@@ -38,7 +42,7 @@ def assess(ctx: Context) -> GpuAnswer:
         if pinned is not None:
             return GpuAnswer("no", f"the failing allocation at {pinned.where} is pinned host memory (CPU cache / swap "
                                    "space), which CUDA reports as out of memory: a host RAM limit", [pinned, first])
-        earlier = [e for e in not_gpu if _is_root_cause(e) and _strictly_before(e, first)]
+        earlier = [e for e in not_gpu if _is_root_cause(e) and _shortly_before(e, first)]
         if earlier:
             return GpuAnswer("no", f"{_label(earlier[0])} happened before the GPU OOM, which followed from it",
                              earlier[:3] + [first], [])
@@ -64,7 +68,7 @@ def assess(ctx: Context) -> GpuAnswer:
     return GpuAnswer("no_failure", "no failure of any kind in the evidence")
 
 
-_HOST_BUFFER = re.compile(r"cpu_cache|num_cpu_blocks|[\"']cpu[\"']|pin_memory|swap_space|cpu_blocks")
+_HOST_BUFFER = re.compile(r"cpu_cache\b|num_cpu_blocks|_allocate_kv_cache\([^)]*[\"']cpu[\"']|pin_memory=True")
 
 
 def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
@@ -72,7 +76,7 @@ def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
     if oom.kind != Kind.CUDA_OOM.value:
         return None
     for tb in ctx.tracebacks_near(oom, span=60):
-        inner = tb.fields.get("frames", [])[-3:]
+        inner = tb.fields.get("frames", [])[-2:]
         if any(len(f) > 3 and _HOST_BUFFER.search(str(f[3])) for f in inner):
             return tb
     return None
@@ -89,13 +93,17 @@ def _derived_kv_failure(ctx: Context) -> Evidence | None:
 def _is_root_cause(e: Evidence) -> bool:
     if e.kind in _CONSEQUENCES:
         return False
-    if e.kind == Kind.XID.value and e.fields.get("code") in _CONSEQUENCE_XIDS:
-        return False
+    if e.kind == Kind.XID.value and (e.fields.get("code") in _CONSEQUENCE_XIDS | _INFORMATIONAL_XIDS
+                                     or e.fields.get("detail") == "reported by dcgm-exporter"):
+        return False   # DCGM's gauge holds the *last* Xid ever seen, stamped with the scrape time
     return e.kind != Kind.HOST_MEMORY_GROWTH.value
 
 
-def _strictly_before(a: Evidence, b: Evidence) -> bool:
-    return a.time is not None and b.time is not None and a.time < b.time
+def _shortly_before(a: Evidence, b: Evidence) -> bool:
+    if a.time is None or b.time is None:
+        return False
+    gap = (b.time - a.time).total_seconds()
+    return 0 < gap <= ROOT_CAUSE_WINDOW_S
 
 
 _LABELS = {

@@ -51,14 +51,20 @@ class PhaseAnswer:
 
 
 def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
-    checks = [e for e in ctx.gpu_oom if e.kind in {k.value for k in STARTUP_CHECK_KINDS}]
+    # A start-up check decides only the failure it belongs to: in a crash loop, a restart that
+    # fails its memory check says nothing about the runtime OOM before it.
+    check_kinds = {k.value for k in STARTUP_CHECK_KINDS}
+    checks = [e for e in ctx.gpu_oom if e.kind in check_kinds and (
+        e is anchor or (e.source == anchor.source and e.line is not None and anchor.line is not None
+                        and abs(e.line - anchor.line) <= 60))]
     if checks:
         engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
         return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
                            0.95, checks[:2])
     tbs = ctx.tracebacks_near(anchor)
     frames = ctx.frames_near(anchor)
-    start_frames = [f for f in frames if _is_startup_frame(f)]
+    dp_idle = any(f[2] == "execute_dummy_batch" for f in frames)   # idle data-parallel ranks run _dummy_run
+    start_frames = [f for f in frames if _is_startup_frame(f) and not (dp_idle and f[2] == "_dummy_run")]
     if start_frames:
         f = start_frames[0]
         return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {_short(f[0])})", 0.85, tbs[:2])
@@ -68,6 +74,10 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {_short(f[0])})", 0.75,
                            tbs[:2], _uptime(anchor))
     life = str(anchor.fields.get("phase") or "unknown")
+    elsewhere = _served_elsewhere(ctx, anchor)
+    if life != "serving" and elsewhere is not None:
+        return PhaseAnswer("runtime", f"another source shows the server serving before the failure ({elsewhere.where})",
+                           0.7, [elsewhere], _uptime(anchor))
     if life == "serving":
         served = ctx.last_before(Kind.REQUEST_SERVED.value, anchor, True) + ctx.last_before(Kind.STATS.value, anchor, True)
         return PhaseAnswer("runtime", "the server had already served requests before the failure", 0.8,
@@ -88,6 +98,25 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     if dead and not failed:
         return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it was serving", 0.75, dead[:1])
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", 0.0, tbs[:1])
+
+
+def _served_elsewhere(ctx: Context, anchor: Evidence) -> Evidence | None:
+    """Serving evidence in another file (e.g. the API server's log beside the engine's) between the
+    start of the anchor's lifecycle and the failure; needs times on both."""
+    if anchor.time is None:
+        return None
+    since = None
+    if isinstance(anchor.fields.get("uptime_s"), (int, float)):
+        since = anchor.time.timestamp() - float(anchor.fields["uptime_s"])
+    for rec in ctx.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
+        if rec.source == anchor.source or rec.time is None or rec.time >= anchor.time:
+            continue
+        if since is not None and rec.time.timestamp() < since:
+            continue
+        if rec.kind == Kind.STATS.value and not any((rec.fields.get(k) or 0) > 0 for k in ("running", "prompt_tps")):
+            continue
+        return rec
+    return None
 
 
 def _is_startup_frame(frame: tuple) -> bool:
