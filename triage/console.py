@@ -55,8 +55,8 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
         table.add_column("basis", no_wrap=True)
         table.add_column("why", overflow="fold")
         for r in verdict.recommendations:
-            table.add_row(r.setting + (" (env)" if r.env else ""), f"{_v(r.from_value)} → {_v(r.to_value)}",
-                          r.basis.replace("_", " "), r.why)
+            table.add_row(r.setting + (" (env)" if r.env else ""), Text(f"{_v(r.from_value)} → {_v(r.to_value)}"),
+                          r.basis.replace("_", " "), Text(r.why))
         out.print(table)
     if verdict.command:
         out.print("[bold]New command[/bold]")
@@ -84,7 +84,7 @@ def _explain(out: Console, evidence: EvidenceSet) -> None:
         table.add_column(col, overflow="fold")
     for e in evidence:
         fields = ", ".join(f"{k}={v}" for k, v in e.fields.items() if k not in ("frames", "args"))
-        table.add_row(e.where, iso(e.time) or "—", e.kind, fields[:300])
+        table.add_row(Text(e.where), iso(e.time) or "—", e.kind, Text(fields[:300]))
     out.print(table)
 
 

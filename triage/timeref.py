@@ -30,11 +30,14 @@ class TimeReference:
                 micro: int = 0) -> datetime | None:
         """A year-less local stamp -> an aware UTC datetime."""
         year = self.forced_year or self.reference.astimezone(self.tz).year
+        if month == 2 and day == 29 and not self.forced_year:
+            while not _leap(year):   # the latest Feb 29 at or before the reference
+                year -= 1
         try:
             local = datetime(year, month, day, hour, minute, second, micro, tzinfo=self.tz)
         except ValueError:
             return None
-        if self.forced_year is None and local > self.reference + timedelta(days=2):
+        if self.forced_year is None and local > self.reference + timedelta(days=2) and not (month == 2 and day == 29):
             try:
                 local = local.replace(year=year - 1)
             except ValueError:
@@ -51,6 +54,10 @@ class TimeReference:
         if self.forced_year is not None or self.year_source == "incident.yaml":
             return self
         return TimeReference(when, source, self.tz, self.tz_source, self.forced_year)
+
+
+def _leap(year: int) -> bool:
+    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
 
 
 def default_reference(year: int | None = None, tz: tzinfo | None = None,

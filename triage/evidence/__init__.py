@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 from ..errors import BadInput
 from ..model import EvidenceSet, SourceInfo
 from ..timeref import TimeReference, default_reference, parse_iso
-from .base import InputFile, ParseContext, json_head, looks_binary
+from .base import InputFile, ParseContext, is_json_log, json_head, looks_binary
 
 # Parser modules, tried in this order (ties go to the earlier one). "logs" is the fallback.
 PARSER_MODULES: tuple[str, ...] = (
@@ -173,7 +173,7 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
             result.warnings.append(f"{src.display}: skipped ({reason})")
             continue
         mod = pick_parser(src, mods)
-        if mod.NAME == "log" and json_head(src.head()):
+        if mod.NAME == "log" and json_head(src.head()) and not is_json_log(src.head()):
             # JSON that no structured parser claimed: say why instead of reading it as a log.
             problem = _unclaimed_json(src)
             if src.explicit:

@@ -151,6 +151,14 @@ def looks_binary(head: bytes) -> bool:
     return False
 
 
+def is_json_log(head: bytes) -> bool:
+    """One JSON object per line with a message field: a structured log, read by the log parser."""
+    from .logline import json_line
+
+    first = head.decode("utf-8-sig", errors="replace").lstrip().split("\n", 1)[0]
+    return json_line(first) is not None
+
+
 def json_head(head: bytes) -> str | None:
     """'{' or '[' if the content is JSON (possibly cut by the head limit or truncated), else None.
 

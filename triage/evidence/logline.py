@@ -82,8 +82,48 @@ def strip_ansi(text: str) -> str:
     return text
 
 
+_JSON_MESSAGE_KEYS = ("message", "msg", "log", "MESSAGE")
+_JSON_TIME_KEYS = ("asctime", "time", "timestamp", "ts", "@timestamp")
+
+
+def json_line(raw: str) -> dict | None:
+    """A structured log record (one JSON object per line), or None."""
+    if not raw.lstrip().startswith("{"):
+        return None
+    import json
+
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and any(isinstance(obj.get(k), str) for k in _JSON_MESSAGE_KEYS):
+        return obj
+    return None
+
+
+def _from_json(obj: dict, times: TimeReference) -> LogLine:
+    message = next(obj[k] for k in _JSON_MESSAGE_KEYS if isinstance(obj.get(k), str))
+    if obj.get("log") is message:
+        # docker's json-file driver wraps the raw line (with vLLM's own prefix) in {"log": ...}
+        inner = parse_line(message, times)
+        stamp = obj.get("time")
+        t = _iso(str(stamp), times) if stamp else None
+        return LogLine(inner.message, inner.level, inner.time or t, inner.process, inner.pid, inner.rank,
+                       inner.file, inner.origin, inner.indented)
+    stamp = next((obj[k] for k in _JSON_TIME_KEYS if obj.get(k)), None)
+    level = obj.get("levelname") or obj.get("level")
+    pid = obj.get("process")
+    return _line(str(message), str(level).upper() if level else None,
+                 _iso(str(stamp).replace(",", "."), times) if stamp else None, obj.get("processName"),
+                 pid if isinstance(pid, int) else None, None, obj.get("name"), "json")
+
+
 def parse_line(raw: str, times: TimeReference) -> LogLine:
     """Split one raw line into its message and metadata. Never raises."""
+    if raw[:1] == "{" or raw.lstrip()[:1] == "{":
+        obj = json_line(raw)
+        if obj is not None:
+            return _from_json(obj, times)
     text = strip_ansi(raw.rstrip("\r\n").replace("\r", ""))
     if text.endswith("^M"):  # a carriage return that survived a copy-paste as caret notation
         text = text[:-2]

@@ -107,7 +107,7 @@ class LogScanner:
         """
         if self.busy:
             return False
-        if b"HTTP/1." in raw and b'" ' in raw:
+        if ACCESS_MARK in raw:
             if self.phase is Phase.SERVING:
                 self.served_lines += 1
                 return True
@@ -366,7 +366,9 @@ def _has_long_line(buf: bytes, cut: int) -> bool:
     return False
 
 
-ACCESS_MARK = b"HTTP/1."
+# uvicorn's request line ends `HTTP/1.1" <status>`; a URL that merely contains "HTTP/1." does not
+# end with the quote, so it cannot make a chunk look like access lines only.
+ACCESS_MARK = b'HTTP/1.1" '
 CHUNK = 4 * 1024
 
 

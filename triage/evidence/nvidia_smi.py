@@ -71,12 +71,21 @@ def sniff(head: bytes, name: str) -> int:
     if _header_fields(_first_line(text)) is not None:
         return 85
     banner = _TABLE_BANNER_RE.search(text)
+    tabular = _other_lines(text) <= 2
     if banner:
-        # Near the top it is an nvidia-smi capture; deep inside a log it is a log that quotes one.
-        return 90 if text.count("\n", 0, banner.start()) < 4 else 25
+        # An nvidia-smi capture is tables; a container log that printed one at start is a log,
+        # and the log parser must see its other lines.
+        return 90 if text.count("\n", 0, banner.start()) < 4 and tabular else 0
     if "| Processes:" in text and "GPU Memory" in text:
-        return 60 if text.count("\n", 0, text.index("| Processes:")) < 4 else 20
+        return 60 if text.count("\n", 0, text.index("| Processes:")) < 4 and tabular else 0
     return 0
+
+
+def _other_lines(text: str) -> int:
+    """Lines that are neither table rows nor nvidia-smi's date banner (a capture has none)."""
+    days = ("Mon ", "Tue ", "Wed ", "Thu ", "Fri ", "Sat ", "Sun ")
+    return sum(1 for ln in (x.strip() for x in text.splitlines()[:400])
+               if ln and ln[:1] not in "|+" and not ln.startswith(days))
 
 
 def _first_line(text: str) -> str:

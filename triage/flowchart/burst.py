@@ -14,6 +14,7 @@ from ..model import Cause, Evidence, OomClass
 from ..units import format_bytes
 from .base import Assessment, pct
 from .causes import detect
+from .knowledge import prefix_caching_opted_in
 from .context import Context
 from .phase import PhaseAnswer
 
@@ -93,7 +94,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         # A runtime OOM with nothing else is most often a spike; but allocator numbers that
         # neither show fragmentation nor rule it out leave it open.
         confidence = 0.35 if ambiguous else 0.5
-    if not causes and ctx.args.get("enable_prefix_caching") is True and not _has_hit_rate(ctx):
+    if not causes and prefix_caching_opted_in(ctx) and not _has_hit_rate(ctx):
         confidence -= 0.25    # a cache the operator turned on explains full memory as well as a spike does
         notes.append("prefix caching is on and its hit rate is not in the evidence")
     if phase.phase == "unknown":

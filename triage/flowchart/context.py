@@ -94,6 +94,16 @@ class Context:
         return merged
 
     @cached_property
+    def explicit_args(self) -> dict[str, Any]:
+        """Only what the operator set: the command line and vLLM's 'non-default args' line
+        (an engine config line also prints defaults, e.g. V1's enable_prefix_caching=True)."""
+        out: dict[str, Any] = {}
+        for rec in self.launch:
+            if rec.fields.get("origin") in ("command line", "non-default args") and isinstance(rec.fields.get("args"), dict):
+                out.update(rec.fields["args"])
+        return out
+
+    @cached_property
     def argv(self) -> list[str] | None:
         for rec in reversed(self.launch):
             if rec.fields.get("argv"):

@@ -85,6 +85,19 @@ def _condition(ctx, req: str) -> bool:
     return False
 
 
+def prefix_caching_opted_in(ctx) -> bool:
+    """The operator turned prefix caching on (rather than the engine defaulting to it, as V1 does).
+
+    The command line and 'non-default args' say so directly; vLLM's argparse Namespace defaults
+    the flag to False (V0) or None (V1), so True there was set too; V0 never enables it alone."""
+    if ctx.explicit_args.get("enable_prefix_caching") is True:
+        return True
+    for rec in ctx.launch:
+        if rec.fields.get("origin") == "argparse namespace" and (rec.fields.get("args") or {}).get("enable_prefix_caching") is True:
+            return True
+    return ctx.engine_mode == "v0" and ctx.args.get("enable_prefix_caching") is True
+
+
 def prefix_caching_enabled(ctx) -> bool | None:
     """True/False when the evidence says, None when it does not."""
     if ctx.engine == "sglang":

@@ -56,7 +56,7 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     check_kinds = {k.value for k in STARTUP_CHECK_KINDS}
     checks = [e for e in ctx.gpu_oom if e.kind in check_kinds and (
         e is anchor or (e.source == anchor.source and e.line is not None and anchor.line is not None
-                        and abs(e.line - anchor.line) <= 60))]
+                        and abs(e.line - anchor.line) <= 60 and not _restart_between(ctx, anchor, e)))]
     if checks:
         engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
         return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
@@ -98,6 +98,14 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     if dead and not failed:
         return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it was serving", 0.75, dead[:1])
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", 0.0, tbs[:1])
+
+
+def _restart_between(ctx: Context, a: Evidence, b: Evidence) -> bool:
+    """A new engine start (config line, weight loading) between two records of one source."""
+    lo, hi = sorted((a.seq, b.seq))
+    return any(r.source == a.source and lo < r.seq < hi and (
+        r.kind in ("startup_begin", "engine_version", "weights_loaded")
+        or (r.kind == "launch_config" and r.fields.get("origin") == "engine config")) for r in ctx.ev)
 
 
 def _served_elsewhere(ctx: Context, anchor: Evidence) -> Evidence | None:

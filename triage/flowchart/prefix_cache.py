@@ -15,7 +15,7 @@ from ..model import Cause, Evidence, OomClass
 from .base import Assessment, pct
 from .causes import detect
 from .context import Context
-from .knowledge import prefix_caching_enabled
+from .knowledge import prefix_caching_enabled, prefix_caching_opted_in
 from .phase import PhaseAnswer
 
 CLASS = OomClass.PREFIX_CACHE
@@ -80,7 +80,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         evidence.append(low[1])
         # vLLM V1 turns prefix caching on by default and evicts cached blocks under pressure: a low
         # hit rate there is common and weighs less than one the operator opted into (V0, explicit flag).
-        opted_in = ctx.args.get("enable_prefix_caching") is True or ctx.engine_mode == "v0"
+        opted_in = prefix_caching_opted_in(ctx) or ctx.engine_mode == "v0"
         confidence = 0.7 if opted_in else 0.5
     causes += bug
     if prefix_bug:
