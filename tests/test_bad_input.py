@@ -93,3 +93,56 @@ def test_garbage_never_gives_a_traceback(runner, tmp_path, blob):
     result = runner.invoke(main, ["classify", str(path)])
     assert result.exit_code in (ExitCode.BAD_INPUT, ExitCode.UNKNOWN)
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_truncated_gz_inside_a_bundle_keeps_what_was_read(runner, tmp_path):
+    import gzip
+
+    lines = b"".join(b"INFO 03-12 14:00:00 [core.py:1] request %d done\n" % i for i in range(60000))
+    blob = gzip.compress(lines + b"ValueError: No available memory for the cache blocks.\n")
+    (tmp_path / "server.log.gz").write_bytes(blob[: len(blob) * 3 // 4])
+    (tmp_path / "other.log").write_text("ValueError: No available memory for the cache blocks.\n")
+    result = runner.invoke(main, ["classify", str(tmp_path), "--json"])
+    assert result.exit_code == 0
+    assert "server.log.gz: cannot read" in result.stderr and "kept the" in result.stderr
+    # ... but named explicitly, a cut file is one clear error
+    bad = runner.invoke(main, ["classify", str(tmp_path / "server.log.gz")])
+    _assert_one_clear_line(bad, "server.log.gz", "cannot read")
+
+
+def test_text_encodings_are_not_binary(runner, tmp_path):
+    latin1 = tmp_path / "latin1.log"
+    latin1.write_bytes(b"INFO 03-12 14:00:00 [core.py:1] model /models/caf\xe9\n"
+                       b"ValueError: No available memory for the cache blocks.\n")
+    utf16 = tmp_path / "utf16.log"
+    utf16.write_text("ValueError: No available memory for the cache blocks.\n", encoding="utf-16")
+    bom = tmp_path / "bom.log"
+    bom.write_bytes(b"\xef\xbb\xbfERROR 03-12 14:00:00 [core.py:1] ValueError: No available memory for the cache blocks.\n")
+    for path in (latin1, utf16, bom):
+        result = runner.invoke(main, ["classify", str(path), "--json"])
+        assert result.exit_code == 0, (path.name, result.stderr)
+    import json
+
+    out = json.loads(runner.invoke(main, ["classify", str(bom), "--json"]).stdout)
+    assert out["evidence"][0]["time"] is not None   # the BOM does not hide the line's prefix
+
+
+def test_a_fifo_is_read_like_a_file(tmp_path):
+    import subprocess
+    import sys
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "w") as fh:
+            fh.write("ValueError: No available memory for the cache blocks.\n")
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    proc = subprocess.run([sys.executable, "-m", "triage", "classify", str(fifo), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    writer.join(5)
+    assert proc.returncode == 0, proc.stderr
+    assert '"startup"' in proc.stdout

@@ -207,3 +207,20 @@ INFO 03-12 14:00:00 [core.py:1] after
     assert len(stats) == 1
     assert stats[0].fields["num_alloc_retries"] == 7
     assert stats[0].fields["reserved_bytes"] == 75000 * MiB
+
+
+def test_json_per_line_logs_are_read():
+    text = ('{"asctime": "2026-03-12 14:20:03,001", "levelname": "ERROR", "name": "vllm.v1.engine.core", '
+            '"processName": "EngineCore_0", "process": 42, "message": "ValueError: No available memory for the cache '
+            'blocks. Try increasing `gpu_memory_utilization` when initializing the engine."}\n'
+            '{"log":"INFO 03-12 14:21:00 [core.py:1] Starting vLLM server on http://0.0.0.0:8000\\n","stream":"stdout",'
+            '"time":"2026-03-12T14:21:00.5Z"}\n')
+    recs = parse_text(text)
+    assert [e.kind for e in recs] == ["no_cache_blocks", "startup_complete"]
+    assert recs[0].time == datetime(2026, 3, 12, 14, 20, 3, 1000, tzinfo=timezone.utc)
+    assert recs[0].fields["process"] == "EngineCore_0"
+
+
+def test_feb_29_with_a_non_leap_reference_year():
+    ref = TimeReference(datetime(2026, 3, 20, tzinfo=timezone.utc), "test")
+    assert parse_line("INFO 02-29 12:00:00 [core.py:1] z", ref).time == datetime(2024, 2, 29, 12, tzinfo=timezone.utc)

@@ -57,15 +57,22 @@ def pick_parser(src: InputFile, mods: Sequence[ModuleType]) -> ModuleType:
     return best
 
 
-def expand(paths: Sequence[str], stdin_data: bytes | None = None) -> tuple[list[InputFile], list[str], Path | None]:
-    """Turn CLI paths into input files. Returns (inputs, warnings, bundle root if one was given)."""
+def expand(paths: Sequence[str], stdin_data: bytes | None = None,
+           spool: list[str] | None = None) -> tuple[list[InputFile], Path | None]:
+    """Turn CLI paths into input files. Returns (inputs, bundle root if one was given).
+
+    Streams that are not regular files (stdin, `<(kubectl logs ...)`, a FIFO) are copied to a
+    temporary file first, in bounded memory; `spool` collects those paths for the caller to remove.
+    """
     inputs: list[InputFile] = []
-    warnings: list[str] = []
     bundle: Path | None = None
+    seen: set[str] = set()
     for given in paths:
         if given == "-":
-            data = stdin_data if stdin_data is not None else _read_stdin()
-            inputs.append(InputFile(display="-", path=None, data=data))
+            if stdin_data is not None:
+                inputs.append(InputFile(display="-", path=None, data=stdin_data))
+            else:
+                inputs.append(InputFile(display="-", path=_spool(sys.stdin.buffer, spool)))
             continue
         p = Path(given)
         if not p.exists():
@@ -77,14 +84,26 @@ def expand(paths: Sequence[str], stdin_data: bytes | None = None) -> tuple[list[
             if not found:
                 raise BadInput(given, "directory holds no files")
             for f in found:
+                real = os.path.realpath(f)
+                if real in seen:
+                    continue   # a symlink to a file already read
+                seen.add(real)
                 rel = os.path.relpath(f, p)
                 display = rel if len(paths) == 1 else os.path.join(given, rel)
                 inputs.append(InputFile(display=display, path=str(f), explicit=False))
         else:
             if not os.access(p, os.R_OK):
                 raise BadInput(given, "not readable (permission denied)")
+            if not p.is_file():   # a pipe from process substitution, a FIFO, a device
+                try:
+                    with open(p, "rb") as stream:
+                        inputs.append(InputFile(display=given, path=_spool(stream, spool)))
+                except OSError as exc:
+                    raise BadInput(given, f"cannot read: {exc.strerror or exc}") from None
+                continue
+            seen.add(os.path.realpath(p))
             inputs.append(InputFile(display=given, path=str(p)))
-    return inputs, warnings, bundle
+    return inputs, bundle
 
 
 def _walk(root: Path) -> list[Path]:
@@ -92,23 +111,26 @@ def _walk(root: Path) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
-            if not name.startswith("."):
-                out.append(Path(dirpath) / name)
+            path = Path(dirpath) / name
+            if not name.startswith(".") and path.is_file():   # no FIFOs or sockets inside a bundle
+                out.append(path)
     return out
 
 
-def _read_stdin() -> bytes:
+def _spool(stream, spool: list[str] | None) -> str:
+    """Copy a stream to a temporary file (1 MiB at a time) and return its path."""
     import tempfile
 
-    # Spool through a temporary file so that a large pipe is not held in memory twice.
-    with tempfile.SpooledTemporaryFile(max_size=64 << 20) as tmp:
+    fd, path = tempfile.mkstemp(prefix="triage-stdin-")
+    if spool is not None:
+        spool.append(path)
+    with os.fdopen(fd, "wb") as out:
         while True:
-            chunk = sys.stdin.buffer.read(1 << 20)
+            chunk = stream.read(1 << 20)
             if not chunk:
                 break
-            tmp.write(chunk)
-        tmp.seek(0)
-        return tmp.read()
+            out.write(chunk)
+    return path
 
 
 def time_reference(bundle: Path | None, year: int | None, tz_name: str | None) -> TimeReference:
@@ -157,10 +179,22 @@ def _incident_meta(bundle: Path) -> dict:
 def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | None = None,
                   stdin_data: bytes | None = None, progress=None) -> EvidenceSet:
     """Parse every input into one EvidenceSet (records in order of appearance)."""
-    inputs, warnings, bundle = expand(paths, stdin_data)
+    spooled: list[str] = []
+    try:
+        return _load(paths, year, tz, stdin_data, progress, spooled)
+    finally:
+        for path in spooled:   # nothing is left behind
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _load(paths, year, tz, stdin_data, progress, spooled: list[str]) -> EvidenceSet:
+    inputs, bundle = expand(paths, stdin_data, spooled)
     times = time_reference(bundle, year, tz)
     ctx = ParseContext(times=times, progress=progress)
-    result = EvidenceSet(warnings=list(warnings))
+    result = EvidenceSet()
     mods = parsers()
     used = 0
     for src in inputs:
@@ -182,13 +216,19 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
             continue
         used += 1
         src_times = times
-        if times.year_source == "today" and src.path is not None:
+        if times.year_source == "today" and src.path is not None and src.display != "-":
             mtime = src.mtime()
             if mtime is not None:
                 src_times = times.with_reference(mtime, "file mtime")
         ctx.times = src_times
         before = len(result.items)
-        result.extend(mod.parse(src, ctx))
+        try:
+            result.extend(mod.parse(src, ctx))
+        except BadInput as exc:
+            if src.explicit:
+                raise
+            # A damaged file inside a bundle (a cut .gz, say): keep what was read, say so.
+            result.warnings.append(f"{src.display}: {exc.problem} (kept the {len(result.items) - before} records read)")
         count = len(result.items) - before
         note = src_times.note() if mod.NAME == "log" else None
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))

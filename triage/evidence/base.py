@@ -18,6 +18,7 @@ from ..model import Evidence
 from ..timeref import TimeReference
 
 HEAD_BYTES = 64 * 1024
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 MAX_LINE_BYTES = 16 * 1024 * 1024       # a longer "line" is not a log line
 MAX_JSON_BYTES = 256 * 1024 * 1024      # structured inputs are read whole; cap them
 GZIP_MAGIC = b"\x1f\x8b"
@@ -44,10 +45,13 @@ class InputFile:
             return fh.read(n)
 
     def open(self) -> IO[bytes]:
-        """Decompressed binary stream."""
+        """Decompressed binary stream, UTF-8 (UTF-16 text, e.g. from PowerShell, is transcoded)."""
         raw: IO[bytes] = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")  # type: ignore[arg-type]
         if self.compressed:
-            return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+            raw = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+        first = raw.peek(2)[:2] if hasattr(raw, "peek") else self.raw_head(2)
+        if first in UTF16_BOMS:
+            return _Utf16Reader(raw)  # type: ignore[return-value]
         return raw
 
     def head(self) -> bytes:
@@ -102,6 +106,37 @@ class InputFile:
             raise BadInput(self.display, f"{what} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
 
 
+class _Utf16Reader(io.RawIOBase):
+    """Reads UTF-16 text as UTF-8 bytes, incrementally (bounded memory)."""
+
+    def __init__(self, raw: IO[bytes]):
+        import codecs
+
+        self._raw = raw
+        self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._pending) < n:
+            chunk = self._raw.read(1 << 20 if n < 0 else max(n, 1 << 16))
+            final = not chunk
+            self._pending += self._decoder.decode(chunk, final=final).encode("utf-8")
+            if final:
+                break
+        if n < 0:
+            out, self._pending = self._pending, b""
+        else:
+            out, self._pending = self._pending[:n], self._pending[n:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 @dataclass
 class ParseContext:
     """Shared across all inputs of one run: the time reference and a global sequence number."""
@@ -134,8 +169,9 @@ def clip(text: str, limit: int = 600) -> str:
 
 
 def looks_binary(head: bytes) -> bool:
-    """NUL bytes, or a large share of control bytes that no text log has."""
-    if not head:
+    """NUL bytes (outside UTF-16 text), or a share of control bytes or undecodable bytes that no
+    text log has. A stray Latin-1 byte is still text: lines are decoded with replacement."""
+    if not head or head.startswith(UTF16_BOMS):
         return False
     if b"\x00" in head:
         return True
@@ -143,12 +179,8 @@ def looks_binary(head: bytes) -> bool:
     bad = sum(1 for b in sample if b < 9 or (13 < b < 32 and b != 27))
     if bad / len(sample) > 0.05:
         return True
-    try:
-        sample.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # A cut multi-byte character at the end of the sample is fine; garbage is not.
-        return exc.start < len(sample) - 4
-    return False
+    undecodable = sample.decode("utf-8", errors="replace").count("\ufffd")
+    return undecodable / len(sample) > 0.05
 
 
 def is_json_log(head: bytes) -> bool:

@@ -120,6 +120,8 @@ def _from_json(obj: dict, times: TimeReference) -> LogLine:
 
 def parse_line(raw: str, times: TimeReference) -> LogLine:
     """Split one raw line into its message and metadata. Never raises."""
+    if raw[:1] == "\ufeff":   # a UTF-8 byte-order mark on the first line
+        raw = raw[1:]
     if raw[:1] == "{" or raw.lstrip()[:1] == "{":
         obj = json_line(raw)
         if obj is not None:

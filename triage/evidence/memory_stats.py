@@ -12,6 +12,7 @@ integers, so the records say `approximate=True`. The table also turns up inside 
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Mapping
@@ -245,7 +246,8 @@ def _stat(stats: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = stats.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return int(value)
+            # JSON may carry Infinity/NaN (json.dumps writes them): not a byte count.
+            return int(value) if math.isfinite(value) else None
     return None
 
 
