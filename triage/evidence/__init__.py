@@ -232,6 +232,7 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str]) -> Evidence
         count = len(result.items) - before
         note = src_times.note() if mod.NAME == "log" else None
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
+    result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
     if used == 0:
         where = ", ".join(paths)
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "

@@ -56,6 +56,12 @@ _SGLANG_PREFIX = re.compile(
 _KERNEL_PREFIX = re.compile(
     r"^\[\s*(?:(?P<uptime>\d+\.\d+)|(?P<ctime>\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}))\]\s*(?:\[\s*[TC]\d+\]\s*)?"
 )
+_VLLM_AT = re.compile(_VLLM_PREFIX.pattern.lstrip("^"))   # the same, matched at an offset
+# Fast path: an optional vLLM process prefix directly followed by the logger prefix.
+_COMMON = re.compile(
+    r"(?:\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)\)\s?)?"
+    r"(?=(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+\[?[\w./<>-]+\.py:\d+\]\s?)"
+)
 _SYSLOG_PREFIX = re.compile(
     r"^(?P<mon>[A-Z][a-z]{2})\s+(?P<d>\d{1,2})\s(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\s\S+\s(?P<prog>[\w.\-/\[\]]+):\s"
 )
@@ -129,6 +135,14 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     text = strip_ansi(raw.rstrip("\r\n").replace("\r", ""))
     if text.endswith("^M"):  # a carriage return that survived a copy-paste as caret notation
         text = text[:-2]
+    fast = _COMMON.match(text)
+    if fast:
+        # The usual shape, "(EngineCore_DP0 pid=9) INFO 03-12 14:17:03 [core.py:1] msg", in one match.
+        m = _VLLM_AT.match(text, fast.end())
+        t = times.resolve(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        pid = int(fast["pid"]) if fast["pid"] else None
+        rank = int(fast["rank"]) if fast["rank"] else None
+        return _line(text[m.end():], m["level"], t, fast["proc"], pid, rank, m["file"], "vllm")
     outer_time: datetime | None = None
     process = None
     pid = rank = None

@@ -77,6 +77,42 @@ class _Pending:
     budget: int = 6
 
 
+class _StatsWindow:
+    """Stats lines in bounded memory: the most recent ones in full, older ones thinned out.
+
+    A month of V1 logs has ~260k stats lines; the rules need the minutes before a failure (kept
+    whole, flushed when a failure is recorded) and a trend over the rest (every k-th line, k
+    doubling whenever the history would pass HISTORY lines).
+    """
+
+    RECENT = 256
+    HISTORY = 1024
+
+    def __init__(self) -> None:
+        from collections import deque
+
+        self.recent: "deque[Evidence]" = deque()
+        self.history: list[Evidence] = []
+        self.step = 1
+        self.count = 0
+
+    def hold(self, record: Evidence) -> None:
+        self.recent.append(record)
+        if len(self.recent) > self.RECENT:
+            old = self.recent.popleft()
+            self.count += 1
+            if self.count % self.step == 0:
+                self.history.append(old)
+                if len(self.history) > self.HISTORY:
+                    self.history = self.history[::2]
+                    self.step *= 2
+
+    def flush(self) -> Iterator[Evidence]:
+        out = self.history + list(self.recent)
+        self.history, self.recent = [], type(self.recent)()
+        yield from out
+
+
 class LogScanner:
     """Feeds on (line number, raw line) and yields evidence. One instance per input file."""
 
@@ -92,6 +128,7 @@ class LogScanner:
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
         self.served_lines = 0
+        self.stats = _StatsWindow()
 
     # -- public -------------------------------------------------------------------------------
     @property
@@ -196,6 +233,10 @@ class LogScanner:
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
 
     def finish(self) -> Iterator[Evidence]:
+        yield from self._finish_records()
+        yield from self.stats.flush()
+
+    def _finish_records(self) -> Iterator[Evidence]:
         if self.summary is not None:
             yield from self._summary_line(0, parse_line("", self.ctx.times), "")
         if self.pending is not None:
@@ -275,7 +316,13 @@ class LogScanner:
             fields.setdefault("process", log.process)
         if log.level:
             fields.setdefault("level", log.level)
-        yield self._record(lineno, log.time, kind, text, fields)
+        record = self._record(lineno, log.time, kind, text, fields)
+        if kind is Kind.STATS:
+            self.stats.hold(record)
+            return
+        if kind in _FAILURE_KINDS:
+            yield from self.stats.flush()   # the load just before a failure is kept in full
+        yield record
 
     def _record(self, lineno: int | None, time: datetime | None, kind: Kind, text: str,
                 fields: dict[str, Any]) -> Evidence:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from ..errors import BadInput
 from ..model import Evidence
 from ..timeref import parse_iso
-from .base import MAX_JSON_BYTES, InputFile, ParseContext
+from .base import InputFile, ParseContext
 from .kinds import Kind
 
 NAME = "prometheus"
@@ -44,6 +44,7 @@ CONCEPTS = {
 }
 _SAMPLE_LINE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|NaN|Inf)(?:\s+-?\d+)?\s*$")
+_SAMPLE_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?=[{\s])")
 _STAMP_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})[T_ ](\d{2})[-:](\d{2})[-:](\d{2})(Z)?")
 
 
@@ -62,40 +63,53 @@ def sniff(head: bytes, name: str) -> int:
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
+    """Stream the scrape; only series in CONCEPTS go through prometheus-client's parser (one
+    line at a time, so each record cites its own line and a huge scrape stays cheap)."""
+    when = scrape_time(src)
+    framebuffer: dict[tuple, dict[str, Any]] = {}
+    samples = checked = 0
+    error: Exception | None = None
+    with src.open() as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line or line.startswith("#"):
+                continue
+            name = _SAMPLE_NAME.match(line)
+            if name is None:
+                continue   # a stray line in a pasted excerpt
+            if name.group(0) not in CONCEPTS:
+                # Other series are not needed; validate a few so that garbage is still refused.
+                if checked < 50:
+                    checked += 1
+                    try:
+                        _parse_line(line)
+                    except (ValueError, TypeError, IndexError) as exc:
+                        error = error or exc
+                        continue
+                samples += 1
+                continue
+            try:
+                parsed = _parse_line(line)
+            except (ValueError, TypeError, IndexError) as exc:
+                error = error or exc
+                continue
+            samples += 1
+            for sample_name, labels, value, stamp in parsed:
+                yield from _records(src, ctx, sample_name, labels, value, stamp, when, lineno)
+                concept = CONCEPTS.get(sample_name, "")
+                if concept.startswith("fb_"):
+                    key = (labels.get("Hostname") or labels.get("hostname"), labels.get("gpu"), labels.get("UUID"))
+                    framebuffer.setdefault(key, {"labels": labels, "line": lineno})[concept] = value
+    if not samples:
+        raise BadInput(src.display, f"not a valid Prometheus exposition ({error or 'no samples'})")
+    yield from _framebuffer(src, ctx, framebuffer, when)
+
+
+def _parse_line(line: str) -> list[tuple[str, dict[str, str], float, Any]]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    with src.open() as fh:
-        blob = fh.read(MAX_JSON_BYTES + 1)
-    if len(blob) > MAX_JSON_BYTES:
-        raise BadInput(src.display, f"metrics scrape larger than {MAX_JSON_BYTES >> 20} MiB")
-    text = blob.decode("utf-8", errors="replace")
-    when = scrape_time(src)
-    try:
-        families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as exc:
-        # A pasted excerpt may hold stray lines: keep the ones the parser accepts, one by one.
-        families = []
-        good = 0
-        for line in text.splitlines():
-            if _SAMPLE_LINE.match(line):
-                try:
-                    families.extend(text_string_to_metric_families(line + "\n"))
-                    good += 1
-                except (ValueError, TypeError, IndexError):
-                    continue
-        if not good:
-            raise BadInput(src.display, f"not a valid Prometheus exposition ({exc})") from None
-    line_of = _line_index(text)
-    framebuffer: dict[tuple, dict[str, Any]] = {}
-    for fam in families:
-        for s in fam.samples:
-            yield from _records(src, ctx, s.name, dict(s.labels), s.value, s.timestamp, when, line_of)
-            concept = CONCEPTS.get(s.name, "")
-            if concept.startswith("fb_"):
-                labels = dict(s.labels)
-                key = (labels.get("Hostname") or labels.get("hostname"), labels.get("gpu"), labels.get("UUID"))
-                framebuffer.setdefault(key, {"labels": labels, "line": line_of.get(s.name)})[concept] = s.value
-    yield from _framebuffer(src, ctx, framebuffer, when)
+    return [(s.name, dict(s.labels), s.value, s.timestamp)
+            for fam in text_string_to_metric_families(line + "\n") for s in fam.samples]
 
 
 def _framebuffer(src: InputFile, ctx: ParseContext, fb: dict[tuple, dict[str, Any]],
@@ -116,21 +130,16 @@ def _framebuffer(src: InputFile, ctx: ParseContext, fb: dict[tuple, dict[str, An
 
 def sample_records(src: InputFile, ctx: ParseContext, line: str, lineno: int, when: datetime | None) -> list[Evidence]:
     """A single exposition line found inside a text paste (e.g. a corpus metrics.txt)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     try:
-        fams = list(text_string_to_metric_families(line.strip() + "\n"))
+        parsed = _parse_line(line.strip())
     except (ValueError, TypeError, IndexError):
         return []
-    out: list[Evidence] = []
-    for fam in fams:
-        for s in fam.samples:
-            out.extend(_records(src, ctx, s.name, dict(s.labels), s.value, s.timestamp, when, {s.name: lineno}))
-    return out
+    return [rec for name, labels, value, stamp in parsed
+            for rec in _records(src, ctx, name, labels, value, stamp, when, lineno)]
 
 
 def _records(src: InputFile, ctx: ParseContext, name: str, labels: dict[str, str], value: float,
-             stamp: Any, when: datetime | None, line_of: dict[str, int]) -> Iterator[Evidence]:
+             stamp: Any, when: datetime | None, line: int | None) -> Iterator[Evidence]:
     concept = CONCEPTS.get(name)
     if concept is None:
         return
@@ -142,7 +151,6 @@ def _records(src: InputFile, ctx: ParseContext, name: str, labels: dict[str, str
             t = when
     label_text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
     text = f"{name}{{{label_text}}} {value}"
-    line = line_of.get(name)
     fields: dict[str, Any] = {"name": concept, "metric": name, "value": value, "labels": labels}
     if concept == "prefix_cache_hit_rate" and value < 0:
         fields["disabled"] = True
@@ -158,13 +166,3 @@ def scrape_time(src: InputFile) -> datetime | None:
     if not m:
         return None
     return parse_iso(f"{m.group(1)}T{m.group(2)}:{m.group(3)}:{m.group(4)}Z")
-
-
-def _line_index(text: str) -> dict[str, int]:
-    """First line number of each sample name (citations point at the series)."""
-    out: dict[str, int] = {}
-    for i, line in enumerate(text.splitlines(), 1):
-        m = _SAMPLE_LINE.match(line)
-        if m and m.group("name") not in out:
-            out[m.group("name")] = i
-    return out

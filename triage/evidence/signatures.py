@@ -196,26 +196,22 @@ def _breakdown(m: re.Match[str], msg: str) -> Fields:
 
 # --- serving -----------------------------------------------------------------------------------
 
-_STATS_FIELDS = (
-    ("prompt_tps", r"Avg prompt throughput: ([\d.]+)"),
-    ("generation_tps", r"Avg generation throughput: ([\d.]+)"),
-    ("running", r"Running: (\d+)"),
-    ("swapped", r"Swapped: (\d+)"),
-    ("waiting", r"(?:Pending|Waiting): (\d+)"),
-    ("preemptions", r"Preemptions: (\d+)"),
-    ("kv_usage", r"(?:GPU|GPU \+ host|XPU) KV cache usage: ([\d.]+)%"),
-    ("cpu_kv_usage", r"CPU KV cache usage: ([\d.]+)%"),
-    ("prefix_hit_rate", r"(?<!External )(?<!MM )Prefix cache hit rate: (?:GPU: )?([\d.]+)%"),
-)
-_STATS_RES = tuple((k, re.compile(p)) for k, p in _STATS_FIELDS)
+# "Label: number" parts of the V0/V1 stats lines, read in one pass.
+_STATS_PART = re.compile(r"([A-Za-z][A-Za-z +]*?): (?:GPU: )?([\d.]+)")
+_STATS_LABELS = {
+    "Avg prompt throughput": "prompt_tps", "Avg generation throughput": "generation_tps", "Running": "running",
+    "Swapped": "swapped", "Pending": "waiting", "Waiting": "waiting", "Preemptions": "preemptions",
+    "GPU KV cache usage": "kv_usage", "GPU + host KV cache usage": "kv_usage", "XPU KV cache usage": "kv_usage",
+    "CPU KV cache usage": "cpu_kv_usage", "Prefix cache hit rate": "prefix_hit_rate",
+}
 
 
 def _stats(m: re.Match[str], msg: str) -> Fields | None:
     out: Fields = {"engine": "vllm"}
-    for key, rx in _STATS_RES:
-        mm = rx.search(msg)
-        if mm:
-            out[key] = float(mm.group(1))
+    for label, value in _STATS_PART.findall(msg):
+        key = _STATS_LABELS.get(label.strip())
+        if key and key not in out:
+            out[key] = float(value)
     for pct in ("kv_usage", "cpu_kv_usage", "prefix_hit_rate"):
         if pct in out:
             out[pct] = out[pct] / 100.0
@@ -492,24 +488,20 @@ def pool_detail(text: str) -> Fields:
             out[key] = int(m.group(1))
     return out
 
-# One pass over the message finds which guards occur; only their signatures are tried.
-# (Trying 60 signatures on each of millions of access-log lines is what makes a 1 GB log slow.)
+# The guards present in a message select the signatures worth trying. Plain substring tests
+# (C-speed) beat one big regex alternation, which Python's engine scans slowly.
 _BY_GUARD: dict[str, list[int]] = {}
 for _i, _sig in enumerate(SIGNATURES):
     for _g in _sig.guards:
         _BY_GUARD.setdefault(_g, []).append(_i)
-_GUARD_RE = re.compile("|".join(re.escape(g) for g in sorted(_BY_GUARD, key=len, reverse=True)))
+_GUARDS = tuple(_BY_GUARD.items())
 
 
 def _candidates(msg: str) -> list[int]:
     found: set[int] = set()
-    pos = 0
-    while True:
-        m = _GUARD_RE.search(msg, pos)
-        if m is None:
-            break
-        found.update(_BY_GUARD[m.group(0)])
-        pos = m.start() + 1   # overlapping guards ("out of memory" inside "Out of memory: Killed")
+    for guard, indexes in _GUARDS:
+        if guard in msg:
+            found.update(indexes)
     return sorted(found)
 
 
