@@ -224,3 +224,11 @@ def test_json_per_line_logs_are_read():
 def test_feb_29_with_a_non_leap_reference_year():
     ref = TimeReference(datetime(2026, 3, 20, tzinfo=timezone.utc), "test")
     assert parse_line("INFO 02-29 12:00:00 [core.py:1] z", ref).time == datetime(2024, 2, 29, 12, tzinfo=timezone.utc)
+
+
+def test_v1_crash_dump_scheduler_stats_are_read():
+    line = ("(EngineCore_DP0 pid=9) ERROR 03-12 14:17:03 [dump_input.py:79] Dumping scheduler stats: SchedulerStats("
+            "num_running_reqs=61, num_waiting_reqs=17, step_counter=0, current_wave=0, kv_cache_usage=0.9731, "
+            "prefix_cache_stats=PrefixCacheStats(reset=False, requests=0, queries=0, hits=0))")
+    [rec] = parse_text(line)
+    assert rec.kind == "stats" and rec.fields["running"] == 61 and rec.fields["kv_usage"] == pytest.approx(0.9731)

@@ -13,4 +13,6 @@ def classify(paths, **options):
     """Classify the evidence at `paths` (files, bundle directories). Returns a Verdict."""
     from .api import classify_paths
 
-    return classify_paths(list(paths), **options)[0]
+    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
+        paths = [paths]
+    return classify_paths([str(p) for p in paths], **options)[0]

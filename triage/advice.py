@@ -228,9 +228,9 @@ def _prefix_cache(ctx: Context, causes: set[str]) -> list[Recommendation]:
 
 
 def _discrepancy(ctx: Context, verdict: Verdict) -> list[Recommendation]:
-    from .flowchart.causes import _actual_usage, engine_budget
+    from .flowchart.causes import actual_usage, engine_budget
 
-    budget, actual = engine_budget(ctx), _actual_usage(ctx)
+    budget, actual = engine_budget(ctx), actual_usage(ctx)
     if budget is None or actual is None:
         return []
     gap = actual[0] - budget[0]

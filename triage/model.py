@@ -52,7 +52,7 @@ class SourceInfo:
     """What was read from one input and how its times were interpreted."""
 
     path: str
-    kind: str                        # the parser that read it ("vllm_log", "prometheus", ...)
+    kind: str                        # the parser that read it ("log", "prometheus", "nvidia_smi", ...)
     records: int
     time_note: str | None = None     # e.g. "year 2026 from file mtime; times taken as UTC"
 
@@ -116,7 +116,6 @@ class Recommendation:
     to_value: Any
     why: str
     basis: str = "incident"          # "incident" (own numbers) | "rule_of_thumb" | "knowledge_base"
-    flag: str | None = None          # the exact flag text to put on the command line
     env: bool = False                # an environment variable, not a flag
 
 

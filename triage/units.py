@@ -12,15 +12,7 @@ _UNITS = {
     "k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
 }
 
-SIZE_RE = re.compile(r"(?P<num>\d+(?:[.,]\d+)*)\s*(?P<unit>[KMGT]i?B|bytes?|B)\b", re.IGNORECASE)
 
-
-def parse_size(text: str, *, gb_is_gib: bool = False) -> int | None:
-    """'17.40 GiB' -> bytes. None when the text holds no size."""
-    m = SIZE_RE.search(text)
-    if not m:
-        return None
-    return size_from(m.group("num"), m.group("unit"), gb_is_gib=gb_is_gib)
 
 
 def size_from(num: str, unit: str, *, gb_is_gib: bool = False) -> int:

@@ -304,7 +304,7 @@ class LogScanner:
             "failure_kinds": [k.value for k in (kinds or [])],
             "process": log.process if log else None,
         }
-        text = (f"Traceback ({len(frames)} frames, innermost {frames[-1][2]} in {_short(frames[-1][0])})"
+        text = (f"Traceback ({len(frames)} frames, innermost {frames[-1][2]} in {short_path(frames[-1][0])})"
                 + (f" -> {exc.group('type')}" if exc else " (exception line not in the excerpt)"))
         line = tb.start_line or lineno
         yield self._record(line, log.time if log else self.last_time, Kind.TRACEBACK, text, fields)
@@ -371,9 +371,9 @@ def _filled(fields: dict[str, Any]) -> int:
     return sum(1 for v in fields.values() if v not in (None, [], ""))
 
 
-def _short(path: str) -> str:
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:])
+def short_path(path: str) -> str:
+    """The last two parts of a source path, for one-line summaries."""
+    return "/".join(path.replace("\\", "/").split("/")[-2:])
 
 
 def iter_blocks(src: InputFile, ctx: ParseContext) -> Iterator[tuple[bytes, int]]:

@@ -33,15 +33,6 @@ class Signature:
     def pattern(self) -> re.Pattern[str]:
         return self.regex if isinstance(self.regex, re.Pattern) else _compiled(self.regex)
 
-    def match(self, msg: str) -> Fields | None:
-        if not any(g in msg for g in self.guards):
-            return None
-        m = self.pattern.search(msg)
-        if not m:
-            return None
-        if self.extract is None:
-            return {}
-        return self.extract(m, msg)
 
 
 _COMPILED: dict[str, re.Pattern[str]] = {}
@@ -218,6 +209,16 @@ def _stats(m: re.Match[str], msg: str) -> Fields | None:
     return out if len(out) > 1 else None
 
 
+def _scheduler_dump(m: re.Match[str], msg: str) -> Fields | None:
+    out: Fields = {"engine": "vllm", "crash_dump": True}
+    for key, field in (("num_running_reqs", "running"), ("num_waiting_reqs", "waiting"), ("kv_cache_usage", "kv_usage"),
+                       ("gpu_cache_usage", "kv_usage")):
+        mm = re.search(rf"\b{key}=([\d.]+)", m.group(1))
+        if mm and field not in out:
+            out[field] = float(mm.group(1))
+    return out if len(out) > 2 else None
+
+
 def _sglang_stats(m: re.Match[str], msg: str) -> Fields:
     out: Fields = {"engine": "sglang", "batch": m.group(1).lower()}
     for key, pat in (("running", r"#running-req: (\d+)"), ("waiting", r"#queue-req: (\d+)"),
@@ -273,9 +274,6 @@ def _kv_pool(m: re.Match[str], msg: str) -> Fields:
     return f
 
 
-def _pool_detail(m: re.Match[str], msg: str) -> Fields:
-    return {"available_tokens": int(m.group(1)), "free_tokens": int(m.group(2)), "evictable_tokens": int(m.group(3))}
-
 
 def _host_kill(m: re.Match[str], msg: str) -> Fields:
     gd = m.groupdict()
@@ -291,12 +289,6 @@ def _xid(m: re.Match[str], msg: str) -> Fields:
     return {"pci": m.group(1), "code": int(m.group(2)), "detail": m.group(3)}
 
 
-def _exit_code(m: re.Match[str], msg: str) -> Fields:
-    return {"process": m.group("name"), "exit_code": -9}
-
-
-def _rss_growth(m: re.Match[str], msg: str) -> Fields:
-    return {"delta_bytes": size_from(m.group(1), m.group(2))}
 
 
 def _sleep(m: re.Match[str], msg: str) -> Fields:
@@ -312,8 +304,10 @@ _S = Signature
 
 
 def _R(regex: str) -> str:
+    """Marks a signature's pattern; Signature.pattern compiles it on first use."""
     return regex
-_OOM_WORDS = ("out of memory", "Out of memory", "OUT_OF_MEMORY", "ALLOC_FAILED", "OutOfMemory", "with OOM", "ErrorMemoryAllocation", "OutOfMemory")
+_OOM_WORDS = ("out of memory", "Out of memory", "OUT_OF_MEMORY", "ALLOC_FAILED", "OutOfMemory", "with OOM",
+              "ErrorMemoryAllocation", "cudaMalloc")
 
 SIGNATURES: tuple[Signature, ...] = (
     # Kernel / cgroup OOM killer first: its text says "Out of memory" too.
@@ -425,7 +419,7 @@ SIGNATURES: tuple[Signature, ...] = (
        lambda m, msg: {"kv_cache_bytes": _gib(m.group(1))}),
     _S(Kind.GRAPH_CAPTURE, ("Graph capturing finished",), _R(r"Graph capturing finished in (\d+) secs(?:, took ([\d.]+) GiB)?"),
        lambda m, msg: {"seconds": int(m.group(1)), "graph_bytes": _gib(m.group(2))}),
-    _S(Kind.STARTUP_BEGIN, ("Starting to load model", "Loading safetensors checkpoint shards:   0%", "Load weight begin", "Starting download"),
+    _S(Kind.STARTUP_BEGIN, ("Starting to load model", "Loading safetensors checkpoint shards:   0%", "Load weight begin"),
        _R(r"Starting to load model|Loading safetensors checkpoint shards:\s+0%|Load weight begin")),
     _S(Kind.STARTUP_STEP, ("Capturing", "Capture cuda graph", "Memory profiling takes", "Compile and warming up",
                            "torch.compile takes", "Dynamo bytecode transform", "Loading weights took",
@@ -454,6 +448,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _S(Kind.STATS, ("Avg prompt throughput", "Prefix cache hit rate: GPU"),
        _R(r"Avg prompt throughput|Prefix cache hit rate: GPU"), _stats),
     _S(Kind.STATS, ("batch.",), _R(r"\b(Prefill|Decode) batch\.?"), _sglang_stats),
+    # V1 crash dump: "Dumping scheduler stats: SchedulerStats(num_running_reqs=.., kv_cache_usage=0.97, ...)"
+    _S(Kind.STATS, ("SchedulerStats(",), _R(r"SchedulerStats\((.*)"), _scheduler_dump),
     _S(Kind.PREEMPTION, ("is preempted by",),
        _R(r"is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space.*?total_num_cumulative_preemption=(\d+)"),
        lambda m, msg: {"mode": m.group(1), "cumulative": int(m.group(2))}),

@@ -152,7 +152,7 @@ def accounting_discrepancy(ctx: Context) -> Cause | None:
     it has is not there.
     """
     budget = engine_budget(ctx)
-    actual = _actual_usage(ctx)
+    actual = actual_usage(ctx)
     if budget is None or actual is None:
         return None
     gap = actual[0] - budget[0]
@@ -180,7 +180,8 @@ def engine_budget(ctx: Context) -> tuple[float, Evidence | None] | None:
     return value, source
 
 
-def _actual_usage(ctx: Context) -> tuple[float, Evidence] | None:
+def actual_usage(ctx: Context) -> tuple[float, Evidence] | None:
+    """The highest used/total share of any GPU reading (nvidia-smi, NVML, DCGM)."""
     best = None
     for rec in ctx.ev.of(Kind.GPU_MEMORY):
         used, total = rec.fields.get("used_bytes"), rec.fields.get("total_bytes")

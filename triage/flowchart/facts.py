@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evidence.kinds import Kind
+from ..report import iso
 from .causes import kv_tokens
 from .context import Context
 from .knowledge import prefix_caching_enabled
@@ -33,8 +34,7 @@ def collect_facts(ctx: Context) -> dict[str, Any]:
         facts["prefix_caching"] = pc
     oom = ctx.primary
     if oom is not None:
-        facts["failure"] = {"kind": oom.kind, "at": oom.where, "time": oom.time.isoformat().replace("+00:00", "Z")
-                            if oom.time else None}
+        facts["failure"] = {"kind": oom.kind, "at": oom.where, "time": iso(oom.time)}
         for key in ("tried_bytes", "free_bytes", "capacity_bytes", "allocated_bytes", "reserved_unallocated_bytes"):
             if oom.fields.get(key) is not None:
                 facts["failure"][key] = oom.fields[key]

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
+from ..evidence.logs import short_path
 from ..model import Evidence
 from .context import Context
 
@@ -67,11 +68,11 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     start_frames = [f for f in frames if _is_startup_frame(f) and not (dp_idle and f[2] == "_dummy_run")]
     if start_frames:
         f = start_frames[0]
-        return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {_short(f[0])})", 0.85, tbs[:2])
+        return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {short_path(f[0])})", 0.85, tbs[:2])
     run_frames = [f for f in frames if f[2] in RUNTIME_FUNCS]
     if run_frames:
         f = run_frames[0]
-        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {_short(f[0])})", 0.75,
+        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {short_path(f[0])})", 0.75,
                            tbs[:2], _uptime(anchor))
     life = str(anchor.fields.get("phase") or "unknown")
     elsewhere = _served_elsewhere(ctx, anchor)
@@ -141,6 +142,3 @@ def _uptime(anchor: Evidence) -> float | None:
     up = anchor.fields.get("uptime_s")
     return float(up) if isinstance(up, (int, float)) else None
 
-
-def _short(path: str) -> str:
-    return "/".join(path.replace("\\", "/").split("/")[-2:])
