@@ -99,3 +99,37 @@ def test_year_and_tz_options_change_times(runner, kv_log):
     times = [e["time"] for e in out["evidence"] if e["time"]]
     assert times and all(t.startswith("2024-04-05T05:12") for t in times)
     assert "2024" in out["facts"]["inputs"][0]["time_note"]
+
+
+def test_metrics_url_scrapes_a_live_endpoint(runner, kv_log):
+    """A real HTTP server on loopback serves vLLM's /metrics; the scrape is dated and cited."""
+    import http.server
+    import threading
+
+    body = (b'# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n'
+            b'# TYPE vllm:kv_cache_usage_perc gauge\n'
+            b'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.97\n')
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(body if self.path == "/metrics" else b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        result = runner.invoke(main, ["classify", str(kv_log), "--metrics-url", url, "--json", "--explain"])
+        assert result.exit_code == 0, result.stderr
+        out = json.loads(result.stdout)
+        assert any(i["source"] == url and i["parser"] == "prometheus" for i in out["facts"]["inputs"])
+        missing = runner.invoke(main, ["classify", "--metrics-url", url.replace("/metrics", "/nope")])
+        assert missing.exit_code == ExitCode.BAD_INPUT and "cannot scrape" in missing.stderr
+    finally:
+        server.shutdown()

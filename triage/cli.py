@@ -55,17 +55,22 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
+@click.option("--metrics-url", "metrics_urls", multiple=True, metavar="URL",
+              help="Also scrape a live /metrics endpoint (vLLM or DCGM exporter); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the triage.verdict/v1 JSON object.")
 @click.option("--explain", is_flag=True, help="Also print every evidence record that was read.")
 @click.option("--year", type=click.IntRange(1970, 2100), help="Year for vLLM's year-less timestamps.")
 @click.option("--tz", "tz_name", metavar="ZONE", help="Zone of zone-less log times (default UTC, or incident.yaml).")
-def classify(paths: Sequence[str], as_json: bool, explain: bool, year: int | None, tz_name: str | None) -> None:
+def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, explain: bool, year: int | None,
+             tz_name: str | None) -> None:
     """Classify the OOM in PATHS: log files (.gz too), bundle directories, scrapes, or - for stdin."""
     from .api import classify_paths
 
+    if not paths and not metrics_urls:
+        raise click.UsageError("give at least one PATH (or - for stdin) or --metrics-url")
     with _progress(paths) as progress:
-        verdict, evidence = classify_paths(paths, year=year, tz=tz_name, progress=progress)
+        verdict, evidence = classify_paths(paths, year=year, tz=tz_name, metrics_urls=metrics_urls, progress=progress)
     if as_json:
         from .report import to_json
 

@@ -176,12 +176,26 @@ def _incident_meta(bundle: Path) -> dict:
     return {}
 
 
+def scrape(url: str, timeout: float = 10.0) -> InputFile:
+    """A live /metrics scrape as an input (dated now, in UTC)."""
+    from datetime import datetime, timezone
+
+    import requests   # only this option needs HTTP: keep it off the cold path
+
+    try:
+        resp = requests.get(url, timeout=timeout)
+        resp.raise_for_status()
+    except requests.RequestException as exc:
+        raise BadInput(url, f"cannot scrape: {exc.__class__.__name__}: {exc}") from None
+    return InputFile(display=url, path=None, data=resp.content, taken_at=datetime.now(timezone.utc))
+
+
 def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | None = None,
-                  stdin_data: bytes | None = None, progress=None) -> EvidenceSet:
+                  stdin_data: bytes | None = None, progress=None, extra: Sequence[InputFile] = ()) -> EvidenceSet:
     """Parse every input into one EvidenceSet (records in order of appearance)."""
     spooled: list[str] = []
     try:
-        return _load(paths, year, tz, stdin_data, progress, spooled)
+        return _load(paths, year, tz, stdin_data, progress, spooled, extra)
     finally:
         for path in spooled:   # nothing is left behind
             try:
@@ -190,8 +204,9 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
                 pass
 
 
-def _load(paths, year, tz, stdin_data, progress, spooled: list[str]) -> EvidenceSet:
+def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequence[InputFile]) -> EvidenceSet:
     inputs, bundle = expand(paths, stdin_data, spooled)
+    inputs += list(extra)
     times = time_reference(bundle, year, tz)
     ctx = ParseContext(times=times, progress=progress)
     result = EvidenceSet()
@@ -234,7 +249,7 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str]) -> Evidence
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
     result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
     if used == 0:
-        where = ", ".join(paths)
+        where = ", ".join(paths) or ", ".join(i.display for i in inputs)
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
                               "memory_stats JSON, dmesg, kubectl pod JSON or Alertmanager payloads)")
     return result

@@ -32,6 +32,7 @@ class InputFile:
     path: str | None                   # real path (None only for in-memory tests)
     data: bytes | None = None          # in-memory content (stdin, tests)
     explicit: bool = True              # named by the user (errors are fatal) vs found in a dir
+    taken_at: datetime | None = None   # when a live reading was taken (a /metrics scrape)
     _head: bytes | None = field(default=None, repr=False)
 
     @property

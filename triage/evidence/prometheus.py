@@ -162,6 +162,8 @@ def _records(src: InputFile, ctx: ParseContext, name: str, labels: dict[str, str
 
 def scrape_time(src: InputFile) -> datetime | None:
     """A scrape's time: from its name (metrics/2026-03-12T14-16-00Z.prom), else unknown."""
+    if src.taken_at is not None:
+        return src.taken_at
     m = _STAMP_IN_NAME.search(src.name)
     if not m:
         return None
