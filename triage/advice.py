@@ -58,7 +58,7 @@ def advise(verdict: Verdict, ctx: Context) -> None:
     if "accounting_discrepancy" in causes and cls in (OomClass.BURST, OomClass.STARTUP, OomClass.CHRONIC):
         recs += _discrepancy(ctx, verdict)
     if "known_engine_bug" in causes:
-        recs += _upgrade(ctx)
+        recs += _upgrade(ctx, cls.value)
     verdict.recommendations = _dedupe(recs)
     verdict.runbook = _RUNBOOKS.get(cls) if cls not in (OomClass.NOT_GPU_OOM,) else _not_gpu_runbook(causes)
     changes_launch = [r for r in verdict.recommendations
@@ -240,9 +240,9 @@ def _discrepancy(ctx: Context, verdict: Verdict) -> list[Recommendation]:
                            "point of margin) off the budget until the accounting is fixed", "incident")]
 
 
-def _upgrade(ctx: Context) -> list[Recommendation]:
+def _upgrade(ctx: Context, oom_class: str) -> list[Recommendation]:
     out = []
-    for bug, _ in matching_bugs(ctx):
+    for bug, _ in matching_bugs(ctx, oom_class):
         if bug.fixed_in:
             out.append(Recommendation("engine_version", ctx.version, bug.fixed_in,
                                       f"{bug.title} ({bug.id}; {bug.source})", "knowledge_base"))

@@ -121,13 +121,11 @@ class LogScanner:
         self.ctx = ctx
         self.phase = Phase.UNKNOWN
         self.lifecycle_start: datetime | None = None
-        self.served_at: datetime | None = None
         self.last_time: datetime | None = None
         self.tracebacks: dict[Any, _Traceback] = {}
         self.pending: _Pending | None = None
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
-        self.served_lines = 0
         self.stats = _StatsWindow()
 
     # -- public -------------------------------------------------------------------------------
@@ -145,10 +143,7 @@ class LogScanner:
         if self.busy:
             return False
         if ACCESS_MARK in raw:
-            if self.phase is Phase.SERVING:
-                self.served_lines += 1
-                return True
-            return False
+            return self.phase is Phase.SERVING
         return any(marker in raw for marker in _REQUEST_LOG_MARKERS)
 
     def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
@@ -217,7 +212,6 @@ class LogScanner:
                 # Only the request that shows the server serving is worth a record; count the rest.
                 before = self.phase
                 self._advance_phase(kind, fields, log.time)
-                self.served_lines += 1
                 if before is not Phase.SERVING and self.phase is Phase.SERVING:
                     yield self._record(lineno, log.time, kind, stripped, dict(fields))
                 emitted = True

@@ -309,14 +309,6 @@ def _parse_text(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
         raise BadInput(src.display, "no torch.cuda.memory_summary() table and not a memory_stats JSON")
 
 
-def find_summaries(lines: Iterable[str]) -> list[tuple[int, dict[str, Any]]]:
-    """Every memory_summary() table in `lines`: (0-based index of its header line, fields)."""
-    found: list[tuple[int, dict[str, Any]]] = []
-    for start, block in _summary_blocks(enumerate(lines)):
-        fields = parse_summary_lines(block)
-        if fields is not None:
-            found.append((start, fields))
-    return found
 
 
 def _summary_blocks(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, list[str]]]:

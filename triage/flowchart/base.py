@@ -23,9 +23,6 @@ class Assessment:
         return self.confidence > 0
 
 
-def nothing(oom_class: OomClass, why: str) -> Assessment:
-    return Assessment(oom_class, 0.0, "", why)
-
 
 def pct(x: float | None) -> str:
     return "?" if x is None else f"{x * 100:.1f}%"

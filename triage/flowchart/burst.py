@@ -103,7 +103,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         # The last reading before the OOM shows a quiet server: a spike is not what the evidence says.
         confidence -= 0.25
         notes.append(f"but the last stats before it show little load ({quiet})")
-    causes += detect(ctx, "concurrency_misjudged", "accounting_discrepancy", "known_engine_bug")
+    causes += detect(ctx, "concurrency_misjudged", "accounting_discrepancy", "known_engine_bug", oom_class=CLASS.value)
     confidence = min(0.95, confidence)
     attach = [] if len(notes) >= 2 and confidence >= 0.6 else [
         "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]

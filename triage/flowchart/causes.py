@@ -192,14 +192,14 @@ def actual_usage(ctx: Context) -> tuple[float, Evidence] | None:
     return best
 
 
-def known_engine_bug(ctx: Context) -> Cause | None:
-    hits = knowledge.matching_bugs(ctx)
+def known_engine_bug(ctx: Context, oom_class: str | None = None) -> Cause | None:
+    hits = knowledge.matching_bugs(ctx, oom_class)
     if not hits:
         return None
     bug, rec = hits[0]
     return Cause("known_engine_bug", f"Known engine bug: {bug.title} ({ctx.engine} {ctx.version})",
-                 (rec,) if rec else (), f"{bug.id}: affects {bug.affected}; fixed in {bug.fixed_in or 'no release yet'}; "
-                                       f"source: {bug.source}")
+                 (rec,) if rec else (), f"{bug.id}: {bug.effect}; affects {bug.affected}; fixed in "
+                                       f"{bug.fixed_in or 'no release yet'}; source: {bug.source}")
 
 
 CAUSES: dict[str, Detector] = {
@@ -213,10 +213,10 @@ CAUSES: dict[str, Detector] = {
 }
 
 
-def detect(ctx: Context, *names: str) -> list[Cause]:
+def detect(ctx: Context, *names: str, oom_class: str | None = None) -> list[Cause]:
     out = []
     for name in names:
-        cause = CAUSES[name](ctx)
+        cause = known_engine_bug(ctx, oom_class) if name == "known_engine_bug" else CAUSES[name](ctx)
         if cause is not None:
             out.append(cause)
     return out

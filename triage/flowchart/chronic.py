@@ -126,7 +126,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         confidence += 0.05
     if phase.phase == "unknown" and oom is not None:
         confidence -= 0.05
-    causes += detect(ctx, "known_engine_bug")
+    causes += detect(ctx, "known_engine_bug", oom_class=CLASS.value)
     uptime_note = f" after {uptime / 3600:.1f} h of uptime" if long_run else ""
     summary = f"Chronic OOM{uptime_note}: " + "; ".join(c.title for c in causes[:2])
     if oom is None:

@@ -31,7 +31,6 @@ class GpuAnswer:
     answer: str                     # "yes" | "no" | "no_failure" | "unclear"
     why: str
     evidence: list[Evidence] = field(default_factory=list)
-    overridden: list[Evidence] = field(default_factory=list)   # not-GPU signals set aside
 
 
 def assess(ctx: Context) -> GpuAnswer:
@@ -51,7 +50,7 @@ def assess(ctx: Context) -> GpuAnswer:
         if roots:
             why += (f"; also seen: {_label(roots[0])} at {roots[0].where}, not shown to come before it "
                     "(check it separately)")
-        return GpuAnswer("yes", why, gpu[:3] + roots[:2], not_gpu[:3])
+        return GpuAnswer("yes", why, gpu[:3] + roots[:2])
     if not_gpu:
         return GpuAnswer("no", f"{_label(not_gpu[0])}, and no GPU out-of-memory message anywhere",
                          not_gpu[:4])

@@ -60,7 +60,7 @@ def in_range(version: str, spec: str) -> bool:
     return True
 
 
-def matching_bugs(ctx) -> list[tuple[Bug, Evidence | None]]:
+def matching_bugs(ctx, oom_class: str | None = None) -> list[tuple[Bug, Evidence | None]]:
     if not ctx.version:
         return []
     version_rec = ctx.ev.first(Kind.ENGINE_VERSION) or next(
@@ -68,6 +68,8 @@ def matching_bugs(ctx) -> list[tuple[Bug, Evidence | None]]:
     out = []
     for bug in load_bugs():
         if bug.engine != ctx.engine or not in_range(ctx.version, bug.affected):
+            continue
+        if oom_class is not None and bug.classes and oom_class not in bug.classes:
             continue
         if all(_condition(ctx, req) for req in bug.requires):
             out.append((bug, version_rec))

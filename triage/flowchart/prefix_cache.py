@@ -55,13 +55,13 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     oom = ctx.primary
     pool = pool_not_evicted(ctx)
     if pool is not None:
-        causes = [pool] + detect(ctx, "known_engine_bug")
+        causes = [pool] + detect(ctx, "known_engine_bug", oom_class=CLASS.value)
         return Assessment(CLASS, 0.8, f"Prefix-cache OOM: {pool.title}", pool.detail, [*pool.evidence], causes, [])
     enabled = prefix_caching_enabled(ctx)
     if not enabled or oom is None:
         return Assessment(CLASS, 0.0, "", "prefix caching is off or unknown" if not enabled else "no OOM")
     low = low_hit_rate(ctx, oom)
-    bug = detect(ctx, "known_engine_bug")
+    bug = detect(ctx, "known_engine_bug", oom_class=CLASS.value)
     prefix_bug = [c for c in bug if "prefix" in c.title.lower()]
     if low is None and not prefix_bug:
         known = any(s.fields.get("prefix_hit_rate") is not None for s in ctx.ev.of(Kind.STATS)) or any(

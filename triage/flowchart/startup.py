@@ -24,7 +24,7 @@ CAUSE_ORDER = ("kv_cache_blowout", "other_processes", "concurrency_misjudged", "
 def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if phase.phase != "startup":
         return Assessment(CLASS, 0.0, "", "it did not fail during start-up")
-    causes = detect(ctx, *CAUSE_ORDER)
+    causes = detect(ctx, *CAUSE_ORDER, oom_class=CLASS.value)
     confidence = min(0.97, 0.55 + 0.45 * phase.strength)
     if causes:
         confidence = min(0.97, confidence + 0.05)
