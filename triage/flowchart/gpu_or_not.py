@@ -44,7 +44,7 @@ def assess(ctx: Context) -> GpuAnswer:
         earlier = [e for e in not_gpu if _is_root_cause(e) and _shortly_before(e, first)]
         if earlier:
             return GpuAnswer("no", f"{_label(earlier[0])} happened before the GPU OOM, which followed from it",
-                             earlier[:3] + [first], [])
+                             earlier[:3] + [first])
         why = f"{_label(first)} at {first.where}"
         roots = [e for e in not_gpu if _is_root_cause(e)]
         if roots:
