@@ -362,12 +362,14 @@ def test_summary_inside_a_log_with_worker_prefixes() -> None:
     lines = ["INFO 03-11 14:02:31 [gpu_worker.py:210] dumping allocator state"]
     lines += [prefix + ln for ln in SUMMARY.splitlines()]
     lines += ["ERROR 03-11 14:02:32 [core.py:400] EngineCore encountered a fatal error."]
-    found = memory_stats.find_summaries(lines)
-    assert len(found) == 1
-    index, fields = found[0]
-    assert index == 2
+    fields = memory_stats.parse_summary_lines(lines)
     assert fields["reserved_bytes"] == 79448 * MiB and fields["approximate"] is True
-    assert memory_stats.parse_summary_lines(lines) == fields
+    # The log parser finds the same table inside the log, with its worker prefixes.
+    from triage.evidence import logs
+
+    src = InputFile(display="server.log", path=None, data="\n".join(lines).encode())
+    found = [e for e in logs.parse(src, ParseContext(times=default_reference())) if e.kind == "memory_stats"]
+    assert len(found) == 1 and found[0].fields["reserved_bytes"] == 79448 * MiB
 
 
 def test_parse_summary_lines_without_a_table() -> None:

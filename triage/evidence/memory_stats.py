@@ -7,7 +7,7 @@ device (`{"cuda:0": {...}}`) or JSON Lines (one dump per line, as a periodic log
 
 Text (formats.md 3.2b): the 75-column `|` table of `memory_summary()`. Its sizes are floor-divided
 integers, so the records say `approximate=True`. The table also turns up inside server logs;
-`find_summaries` / `parse_summary_lines` let the log parser read it there.
+`parse_summary_lines` lets the log parser read it there.
 """
 from __future__ import annotations
 
