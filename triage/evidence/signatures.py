@@ -347,6 +347,9 @@ SIGNATURES: tuple[Signature, ...] = (
        _R(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)"), _kv_v0),
     _S(Kind.KV_CACHE_INSUFFICIENT, ("max seq len",),
        _R(r"max seq len \((\d+)\),?\s*\(?([\d.]+)\s*(GiB|GB) KV cache is needed, which is larger than the available KV cache memory \(([\d.]+)\s*(GiB|GB)\)"), _kv_v1),
+    # A negative or zero KV block count: nothing was left for the cache after weights and activations.
+    _S(Kind.NO_CACHE_BLOCKS, ("num_gpu_blocks=-", "GPU blocks: 0,", "GPU blocks: -", "cuda blocks: 0,", "CUDA blocks: 0,"),
+       _R(r"num_gpu_blocks=-\d+|# (?:GPU|cuda|CUDA) blocks: (?:0|-\d+),"), lambda m, msg: {"blocks": m.group(0)}),
     _S(Kind.NO_CACHE_BLOCKS, ("No available memory for the cache blocks", "Not enough memory. Please try to increase --mem-fraction-static"),
        _R(r"No available memory for the cache blocks|Not enough memory\. Please try to increase --mem-fraction-static")),
     _S(Kind.FREE_MEMORY_LOW, ("on startup is less than desired GPU memory utilization",),
@@ -373,7 +376,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # Raw CUDA/driver OOMs (no allocator breakdown).
     _S(Kind.CUDA_OOM, _OOM_WORDS,
        _R(r"CUDA (?:error|driver error|runtime error|Error)[:\s]+out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
-          r"|CUDA_ERROR_OUT_OF_MEMORY|memory mapping failed with OOM|Cuda failure 'out of memory'|OutOfMemoryError|CUDA out of memory\.?\s*$"
+          r"|CUDA_ERROR_OUT_OF_MEMORY|memory mapping failed with OOM|Cuda failure \d* ?'out of memory'|OutOfMemoryError|CUDA out of memory\.?\s*$"
           r"|HIP out of memory|hipErrorOutOfMemory|out of memory\s+\S+\.(?:h|cc|cu|cpp):\d+|cudaMalloc failed: out of memory"
           r"|cudaMalloc(?:Async)? (?:retry )?failed|CUDA_ERROR_OUT_OF_MEMORY")),
     _S(Kind.CUDA_ERROR, ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS", "device-side assert"),

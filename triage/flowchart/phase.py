@@ -29,6 +29,8 @@ STARTUP_FUNCS = frozenset({
     "load_model_on_gpus", "dispatch_model", "init_memory_pool", "warmup", "Warmup", "_warmup", "from_pretrained",
     "_init_engine", "init_model", "load_state_dict", "_allocate_kv_cache", "_init_cache", "init_cuda_graphs",
     "graph_capture", "capture", "profile", "init_torch_distributed", "run_profile",
+    "init_worker_distributed_environment", "init_distributed_environment", "ensure_model_parallel_initialized",
+    "initialize_model_parallel", "allocate_gpu_cache", "_allocate_cache", "build_model_agent",
 })
 # Function names of the serving loop: a request was being executed.
 RUNTIME_FUNCS = frozenset({
