@@ -29,6 +29,10 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _CARET = re.compile(r"^\s*[\^~]+\s*$")
 _EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Aborted))(?::\s?(?P<msg>.*))?$")
+# A request the API server refused (too long, malformed): the client gets a 4xx, the server serves on.
+REQUEST_REJECTED = re.compile(
+    r"maximum context length is \d+|Please reduce the length|is longer than the maximum model length"
+    r"|Error in preprocessing prompt inputs|exceeds the maximum (?:allowed|number of)|Input validation error")
 # Exceptions a healthy server logs on shutdown or when a client goes away: not failures.
 BENIGN_EXCEPTIONS = frozenset({
     "CancelledError", "KeyboardInterrupt", "SystemExit", "GeneratorExit", "ConnectionResetError",
@@ -222,7 +226,7 @@ class LogScanner:
                 continue
             yield from self._emit(lineno, log, kind, stripped, fields)
             emitted = True
-        if exc and not emitted and exc.group("type") not in BENIGN_EXCEPTIONS:
+        if exc and not emitted and exc.group("type") not in BENIGN_EXCEPTIONS and not REQUEST_REJECTED.search(stripped):
             yield from self._emit(lineno, log, Kind.EXCEPTION, stripped,
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
 
@@ -293,6 +297,7 @@ class LogScanner:
             return
         fields = {
             "frames": [list(f) for f in frames],
+            "rejected_request": bool(exc and REQUEST_REJECTED.search(exc.group(0))),
             "exception": exc.group("type") if exc else None,
             "message": ((exc.group("msg") or "")[:300]) if exc else None,
             "failure_kinds": [k.value for k in (kinds or [])],

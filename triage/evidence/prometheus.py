@@ -55,9 +55,10 @@ def sniff(head: bytes, name: str) -> int:
         return 0
     typed = sum(1 for ln in lines if ln.startswith(("# HELP ", "# TYPE ")))
     samples = sum(1 for ln in lines if _SAMPLE_LINE.match(ln))
+    content = [ln for ln in lines if not ln.startswith("#")]   # other comments (dates, notes) are neutral
     if typed and samples and (typed + samples) >= 0.8 * len(lines):
         return 80
-    if samples >= 3 and samples >= 0.8 * len(lines):
+    if samples >= 3 and samples >= 0.8 * len(content):
         return 60
     return 0
 
@@ -72,7 +73,11 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     with src.open() as fh:
         for lineno, raw in enumerate(fh, 1):
             line = raw.decode("utf-8", errors="replace").strip()
-            if not line or line.startswith("#"):
+            if line.startswith("#"):
+                stamp = parse_iso(line.lstrip("# ").strip()) if not line.startswith(("# HELP", "# TYPE", "# EOF")) else None
+                when = stamp or when   # "# 2025-06-02 09:00" above a pasted scrape dates it
+                continue
+            if not line:
                 continue
             name = _SAMPLE_NAME.match(line)
             if name is None:
@@ -98,11 +103,11 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
                 yield from _records(src, ctx, sample_name, labels, value, stamp, when, lineno)
                 concept = CONCEPTS.get(sample_name, "")
                 if concept.startswith("fb_"):
-                    key = (labels.get("Hostname") or labels.get("hostname"), labels.get("gpu"), labels.get("UUID"))
+                    key = (when, labels.get("Hostname") or labels.get("hostname"), labels.get("gpu"), labels.get("UUID"))
                     framebuffer.setdefault(key, {"labels": labels, "line": lineno})[concept] = value
     if not samples:
         raise BadInput(src.display, f"not a valid Prometheus exposition ({error or 'no samples'})")
-    yield from _framebuffer(src, ctx, framebuffer, when)
+    yield from _framebuffer(src, ctx, framebuffer)
 
 
 def _parse_line(line: str) -> list[tuple[str, dict[str, str], float, Any]]:
@@ -112,10 +117,9 @@ def _parse_line(line: str) -> list[tuple[str, dict[str, str], float, Any]]:
             for fam in text_string_to_metric_families(line + "\n") for s in fam.samples]
 
 
-def _framebuffer(src: InputFile, ctx: ParseContext, fb: dict[tuple, dict[str, Any]],
-                 when: datetime | None) -> Iterator[Evidence]:
-    """DCGM's used/free/reserved (MiB) per GPU -> one GPU_MEMORY reading with its total."""
-    for (host, gpu, uuid), v in fb.items():
+def _framebuffer(src: InputFile, ctx: ParseContext, fb: dict[tuple, dict[str, Any]]) -> Iterator[Evidence]:
+    """DCGM's used/free/reserved (MiB) per GPU and scrape -> one GPU_MEMORY reading with its total."""
+    for (when, host, gpu, uuid), v in fb.items():
         used = v.get("fb_used_mib")
         if used is None:
             continue

@@ -319,9 +319,9 @@ SIGNATURES: tuple[Signature, ...] = (
                        "process": m.group("comm") or m.group("comm2") or m.group("task")}, final=True),
     # Host (CPU) memory exhaustion that is not a kill: ENOMEM, bad_alloc, Ray's node-memory monitor.
     _S(Kind.HOST_MEMORY_EXHAUSTED, ("Cannot allocate memory", "can't allocate memory", "bad_alloc", "MemoryError",
-                                    "low on memory", "low on resource: memory"),
+                                    "low on memory", "low on resource: memory", "Too large swap space"),
        _R(r"Cannot allocate memory|DefaultCPUAllocator: can't allocate memory|std::bad_alloc|ray\.exceptions\.OutOfMemoryError"
-          r"|running low on memory|low on resource: memory|^(?:[\w.]+\.)?MemoryError\b"), final=True),
+          r"|running low on memory|low on resource: memory|^(?:[\w.]+\.)?MemoryError\b|Too large swap space"), final=True),
     _S(Kind.OOM_KILLED, ("OOMKilled", "137"),
        _R(r"\bOOMKilled\b|Exited \(137\)|exit(?:ed with)? code:? 137\b|exitCode\"?:\s*137\b|Exit Code:\s*137\b"),
        lambda m, msg: {"reason": "OOMKilled" if "OOMKilled" in msg else "exit 137 (SIGKILL)"}),

@@ -42,6 +42,10 @@ def walk(ev: EvidenceSet) -> tuple[Assessment, list[Step], Context]:
             steps.append(Step("Is GPU memory growing over time?", "yes", growth.causes[0].title,
                               tuple(growth.evidence)))
             return growth, steps, ctx
+        thrash = prefix_cache.stall(ctx)
+        if thrash is not None:
+            steps.append(Step("Is the prefix cache starving live requests?", "yes", thrash.why, tuple(thrash.evidence)))
+            return thrash, steps, ctx
         healthy = no_oom.assess(ctx)
         if healthy.supported:
             steps.append(Step("Does the evidence show a working server?", "yes", healthy.why, tuple(healthy.evidence)))

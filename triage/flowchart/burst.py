@@ -21,6 +21,7 @@ from .phase import PhaseAnswer
 CLASS = OomClass.BURST
 KV_HIGH = 0.90
 SMALL_UNALLOCATED = 512 << 20
+OVERSIZED_SHARE = 0.10       # a single failed allocation this share of the card
 
 
 def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list[Evidence]]:
@@ -72,12 +73,17 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if oom is None or phase.phase == "startup":
         return Assessment(CLASS, 0.0, "", "it did not fail while serving")
     notes, used = load_signals(ctx, oom)
+    tried, capacity = oom.fields.get("tried_bytes"), oom.fields.get("capacity_bytes")
+    if phase.phase == "runtime" and tried and capacity and tried >= OVERSIZED_SHARE * capacity:
+        # One allocation this large is one oversized request (a huge prompt or image), not load.
+        notes.append(f"one allocation of {format_bytes(tried)} ({tried / capacity:.0%} of the card): an oversized request")
+        used.append(oom)
     causes: list[Cause] = []
     unalloc = oom.fields.get("reserved_unallocated_bytes")
     tried = oom.fields.get("tried_bytes")
     confidence = 0.0
     if notes:
-        causes.append(Cause("long_prompt_burst", "Load spike: " + "; ".join(notes), tuple(used)))
+        causes.append(Cause("long_prompt_burst", "Load spike or oversized request: " + "; ".join(notes), tuple(used)))
         confidence = 0.6 + 0.1 * len(notes)
     small = unalloc is not None and (unalloc < SMALL_UNALLOCATED or (tried and unalloc < 0.5 * tried))
     quiet = quiet_before(ctx, oom)

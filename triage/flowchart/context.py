@@ -41,7 +41,8 @@ class Context:
         """Failure lines that do not say what failed (wrappers, bare tracebacks, exceptions).
         A traceback ending in a shutdown or client-disconnect exception is not a failure."""
         return _ordered([e for e in self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR)
-                         if not (e.kind == Kind.TRACEBACK.value and e.fields.get("exception") in BENIGN_EXCEPTIONS)])
+                         if not (e.kind == Kind.TRACEBACK.value and (e.fields.get("exception") in BENIGN_EXCEPTIONS
+                                                                     or e.fields.get("rejected_request")))])
 
     @property
     def any_failure(self) -> bool:

@@ -49,6 +49,54 @@ def low_hit_rate(ctx: Context, anchor: Evidence | None) -> tuple[float, Evidence
     return (avg, rates[-1][1]) if avg < LOW_HIT_RATE else None
 
 
+def stall(ctx: Context) -> Assessment | None:
+    """Thrashing without an OOM: prefix caching on, hit rate low, KV usage pinned near 100% while
+    running requests collapse and the queue grows (formats.md: KV pressure, not an allocator OOM)."""
+    if not prefix_caching_enabled(ctx):
+        return None
+    readings = _load_readings(ctx)
+    if not readings:
+        return None
+    kv, running, waiting, rec = readings[-1]
+    low = low_hit_rate(ctx, None)
+    if kv < 0.98 or low is None:
+        return None
+    peak_running = max(r for _, r, _, _ in readings)
+    if len(readings) >= 3:
+        collapsed = peak_running >= 4 and running <= 0.25 * peak_running and waiting >= max(1, running)
+    else:   # a single snapshot: the queue must dwarf what runs
+        collapsed = waiting >= 10 * max(1.0, running)
+    if not collapsed:
+        return None
+    cause = Cause("prefix_cache_pressure",
+                  f"Prefix cache crowding out live requests: KV cache {pct(kv)} full with {int(running)} running "
+                  f"(peak {int(peak_running)}) and {int(waiting)} waiting; hit rate {pct(low[0])}",
+                  (rec, low[1]), "cached prefix blocks hold the KV pool; sequences are preempted instead of served")
+    causes = [cause] + detect(ctx, "known_engine_bug", oom_class=CLASS.value)
+    conf = 0.7 if len(causes) > 1 or prefix_caching_opted_in(ctx) else 0.6
+    return Assessment(CLASS, conf, "Prefix-cache thrashing (no OOM line yet): " + cause.title, cause.title,
+                      [rec, low[1]], causes, [])
+
+
+def _load_readings(ctx: Context) -> list[tuple[float, float, float, Evidence]]:
+    """(kv usage, running, waiting, record) from stats lines, else from /metrics scrapes."""
+    out = [(s.fields["kv_usage"], s.fields["running"], s.fields.get("waiting") or 0.0, s)
+           for s in ctx.ev.of(Kind.STATS) if s.fields.get("kv_usage") is not None and s.fields.get("running") is not None]
+    if out:
+        return out
+    by_time: dict = {}
+    for m in ctx.ev.of(Kind.METRIC):
+        name = m.fields.get("name")
+        if name in ("kv_cache_usage", "requests_running", "requests_waiting"):
+            by_time.setdefault((m.source, m.time), {})[name] = m
+    for group in by_time.values():
+        if "kv_cache_usage" in group and "requests_running" in group:
+            waiting = group.get("requests_waiting")
+            out.append((group["kv_cache_usage"].fields["value"], group["requests_running"].fields["value"],
+                        waiting.fields["value"] if waiting else 0.0, group["kv_cache_usage"]))
+    return out
+
+
 def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if phase.phase == "startup":
         return Assessment(CLASS, 0.0, "", "it failed during start-up")

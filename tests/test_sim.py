@@ -1,0 +1,324 @@
+"""End-to-end: the vLLM simulator as real processes on loopback, driven over HTTP, its log classified.
+
+Every test starts `python -m triage.sim serve` in its own session (so the fixture can kill the
+whole process group, orphan worker included), waits for /health, drives the scenario with
+urllib, and checks what `triage` concludes from the log the simulator wrote. Every wait is
+bounded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from triage.api import classify_paths
+from triage.model import OomClass
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32",
+                                reason="the simulator's process tree needs fork")
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+# A 24 GiB card with 16 GiB of weights: a 3.6 GiB KV cache (29,488 tokens) that real prompts fill.
+SMALL_CARD = ("--sim-gpu-gib", "24", "--sim-weights-gib", "16", "--max-model-len", "4096")
+START_S = 10.0
+_URL = re.compile(r"Starting vLLM API server \d+ on (http://\S+)")
+
+
+@dataclass
+class Sim:
+    proc: subprocess.Popen
+    log: Path
+    url: str = ""
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def pid_of(self, name: str) -> int:
+        m = re.search(rf"\({name} pid=(\d+)\)", self.log_text())
+        assert m, f"no {name} line in the log"
+        return int(m.group(1))
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
+    started: list[Sim] = []
+
+    def start(*flags: str, ready: bool = True, env: dict[str, str] | None = None) -> Sim:
+        log = tmp_path / f"vllm-{len(started)}.log"
+        argv = [sys.executable, "-m", "triage.sim", "serve", MODEL, "--port", "0", "--log", str(log), *flags]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        sim = Sim(proc, log)
+        started.append(sim)
+        if ready:
+            sim.url = _wait_url(sim)
+            _wait_health(sim.url)
+        return sim
+
+    yield start
+    for sim in started:
+        _kill_group(sim.proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)       # API server, engine core and any worker left behind
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _wait_url(sim: Sim) -> str:
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if sim.log.exists():
+            m = _URL.search(sim.log_text())
+            if m:
+                return m.group(1)
+        if sim.proc.poll() is not None:
+            pytest.fail(f"simulator exited {sim.proc.returncode} before serving:\n{sim.log_text()[-3000:]}")
+        time.sleep(0.05)
+    pytest.fail("simulator did not start serving in time")
+
+
+def _wait_health(url: str) -> None:
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline:
+        if get(url + "/health") == 200:
+            return
+        time.sleep(0.05)
+    pytest.fail("/health never answered 200")
+
+
+def get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            resp.read()
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0
+
+
+def complete(url: str, prompt: str, max_tokens: int = 4, timeout: float = 10.0) -> int:
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            payload = json.loads(resp.read())
+            assert payload["usage"]["completion_tokens"] == max_tokens
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def words(n: int, tag: str) -> str:
+    """A prompt of `n` tokens no other prompt shares a block with (the tag leads every block)."""
+    return " ".join(f"{tag}-{i}" for i in range(n))
+
+
+def until_failure(url: str, prompt_of: Callable[[int], str], max_tokens: int, limit: int) -> int:
+    """Sequential completions until one fails; the number sent."""
+    for i in range(1, limit + 1):
+        status = complete(url, prompt_of(i), max_tokens)
+        if status != 200:
+            assert status == 500
+            return i
+    pytest.fail(f"no failure after {limit} requests")
+
+
+def classify(sim: Sim):
+    verdict, _ = classify_paths([str(sim.log)])
+    return verdict
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")     # a zombie nobody reaped yet is gone for our purposes
+
+
+def wait_until(cond: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+# --- the OOM classes -------------------------------------------------------------------------------
+
+def test_startup_kv_blowout_then_healthy_with_the_advised_max_model_len(start_sim):
+    sim = start_sim("--scenario", "startup", ready=False)
+    assert sim.proc.wait(timeout=START_S) == 1
+    text = sim.log_text()
+    estimate = int(re.search(r"the estimated maximum model length is (\d+)\.", text).group(1))
+    assert "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): " \
+           "{'EngineCore_DP0': 1}" in text
+
+    verdict = classify(sim)
+    assert verdict.oom_class is OomClass.STARTUP
+    assert "kv_cache_blowout" in {c.id for c in verdict.causes}
+    rec = next(r for r in verdict.recommendations if r.setting == "max_model_len")
+    assert rec.to_value == estimate
+
+    fixed = start_sim("--scenario", "startup", "--max-model-len", str(estimate))
+    assert complete(fixed.url, "hello world", 2) == 200
+
+
+def test_startup_utilisation_over_free_memory_exits_1(start_sim):
+    sim = start_sim("--gpu-memory-utilization", "0.97", ready=False)
+    assert sim.proc.wait(timeout=START_S) == 1
+    assert "on startup is less than desired GPU memory utilization (0.97, 77.60 GiB)" in sim.log_text()
+    assert classify(sim).oom_class is OomClass.STARTUP
+
+
+def test_burst_over_the_concurrency_limit_kills_the_engine(start_sim):
+    sim = start_sim("--scenario", "burst", "--max-num-batched-tokens", "8192", *SMALL_CARD)
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        status = complete(sim.url, words(3200, f"b{i}"), max_tokens=100)
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert len(statuses) == 12 and 500 in statuses
+    assert get(sim.url + "/health") == 503
+    assert complete(sim.url, "after the crash", 2) == 500
+    text = sim.log_text()
+    assert "EngineCore encountered a fatal error." in text and "EngineDeadError" in text
+
+    verdict = classify(sim)
+    assert verdict.oom_class is OomClass.BURST, verdict.summary
+    seqs = next(r for r in verdict.recommendations if r.setting == "max_num_seqs")
+    assert seqs.to_value <= 8
+
+    fixed = start_sim("--scenario", "burst", "--max-num-batched-tokens", "8192", "--max-num-seqs",
+                      str(seqs.to_value), *SMALL_CARD)
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda i=i: results.append(complete(fixed.url, words(3200, f"c{i}"), 5)),
+                                daemon=True) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    assert results == [200] * 12
+
+
+def test_chronic_fragmentation_until_oom(start_sim):
+    sim = start_sim("--scenario", "chronic")
+    sent = until_failure(sim.url, lambda i: f"request {i} " + words(50, f"r{i}"), max_tokens=2, limit=40)
+    assert sent > 1
+    assert get(sim.url + "/health") == 503
+    verdict = classify(sim)
+    assert verdict.oom_class is OomClass.CHRONIC, verdict.summary
+    assert "allocator_fragmentation" in {c.id for c in verdict.causes}
+    env = next(r for r in verdict.recommendations if r.env)
+    assert (env.setting, env.to_value) == ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+    fixed = start_sim("--scenario", "chronic", env={env.setting: env.to_value})
+    assert all(complete(fixed.url, words(50, f"f{i}"), 2) == 200 for i in range(sent + 5))
+
+
+def test_prefix_cache_pressure_until_oom(start_sim):
+    sim = start_sim("--scenario", "prefix_cache", "--enable-prefix-caching", *SMALL_CARD)
+    until_failure(sim.url, lambda i: words(2400, f"p{i}"), max_tokens=25, limit=30)
+    rates = [float(x) for x in re.findall(r"Prefix cache hit rate: ([\d.]+)%", sim.log_text())]
+    assert rates and max(rates) < 10
+    verdict = classify(sim)
+    assert verdict.oom_class is OomClass.PREFIX_CACHE, verdict.summary
+    assert any(r.setting == "enable_prefix_caching" and r.to_value is False for r in verdict.recommendations)
+
+    fixed = start_sim("--scenario", "prefix_cache", "--no-enable-prefix-caching", *SMALL_CARD)
+    assert all(complete(fixed.url, words(2400, f"q{i}"), 1) == 200 for i in range(16))
+
+
+def test_healthy_serves_and_stops_on_sigterm(start_sim):
+    sim = start_sim()
+    assert all(complete(sim.url, f"hello {i} " + words(40, "shared"), 8) == 200 for i in range(3))
+    with urllib.request.urlopen(sim.url + "/metrics", timeout=2) as resp:
+        metrics = resp.read().decode()
+    for name in ("vllm:num_requests_running{", "vllm:kv_cache_usage_perc{", "vllm:prefix_cache_hits_total{",
+                 "vllm:request_success_total{", "vllm:cache_config_info{"):
+        assert name in metrics
+    with urllib.request.urlopen(sim.url + "/v1/models", timeout=2) as resp:
+        assert json.loads(resp.read())["data"][0]["id"] == MODEL
+    engine_pid = sim.pid_of("EngineCore_DP0")
+
+    sim.proc.send_signal(signal.SIGTERM)
+    assert sim.proc.wait(timeout=5) == 0
+    assert wait_until(lambda: not alive(engine_pid), 3)
+    verdict = classify(sim)
+    assert verdict.oom_class is OomClass.NO_OOM, verdict.summary
+
+
+# --- the hard cases ---------------------------------------------------------------------------------
+
+def test_hang_answers_health_but_never_completes(start_sim):
+    sim = start_sim("--scenario", "hang")
+    assert get(sim.url + "/health") == 200
+    began = time.monotonic()
+    with pytest.raises((TimeoutError, urllib.error.URLError)):
+        complete(sim.url, "are you there", 2, timeout=2.0)
+    assert time.monotonic() - began < 4
+    assert get(sim.url + "/health") == 200
+
+
+def test_ignore_sigterm_needs_sigkill(start_sim):
+    sim = start_sim("--scenario", "ignore_sigterm")
+    sim.proc.send_signal(signal.SIGTERM)
+    with pytest.raises(subprocess.TimeoutExpired):
+        sim.proc.wait(timeout=1.0)
+    assert get(sim.url + "/health") == 200
+    sim.proc.send_signal(signal.SIGKILL)
+    assert sim.proc.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_orphan_worker_survives_a_sigkilled_server(start_sim):
+    sim = start_sim("--scenario", "orphan_worker")
+    worker, engine = sim.pid_of("Worker_TP0"), sim.pid_of("EngineCore_DP0")
+    assert alive(worker) and alive(engine)
+    try:
+        sim.proc.send_signal(signal.SIGKILL)
+        assert sim.proc.wait(timeout=5) == -signal.SIGKILL
+        assert wait_until(lambda: not alive(engine), 3), "the engine core exits with its server, like vLLM's"
+        time.sleep(0.3)
+        assert alive(worker), "the worker outlived its parent"
+        comm = Path(f"/proc/{worker}/comm")
+        if comm.exists():
+            assert comm.read_text().strip().startswith("VLLM::Worker")
+    finally:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert wait_until(lambda: not alive(worker), 3)

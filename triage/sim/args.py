@@ -1,0 +1,136 @@
+"""Launch flags, parsed the way `vllm serve` parses them (argparse), plus the simulator's own.
+
+The vLLM flags keep vLLM's names and defaults so that `triage`'s advice (which edits a real
+vLLM command line) applies to the simulator unchanged; the `--sim-*`, `--burst-*`,
+`--chronic-*`, `--scenario` and `--log` options exist only here and never appear in the vLLM
+log lines. The raw argv is kept so a restart can reuse it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+SCENARIOS = ("healthy", "startup", "burst", "chronic", "prefix_cache", "hang", "ignore_sigterm", "orphan_worker")
+
+NATIVE_CONTEXT = 131072            # the simulated model's own context length (a Llama-3.1-8B)
+LONG_CONTEXT = 1048576             # the `startup` scenario's model: a 1M-context checkpoint
+DEFAULT_BATCHED_TOKENS = 16384     # 0.11 picks this per GPU class; this is its 80 GB value
+VLLM_DEFAULT_PORT = 8000
+
+
+@dataclass(frozen=True)
+class SimArgs:
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool | None = None     # None: the V1 engine decides (on)
+    enforce_eager: bool = False
+    scenario: str = "healthy"
+    sim_gpu_gib: float = 80.0
+    sim_weights_gib: float = 16.0
+    sim_kv_bytes_per_token: int = 131072
+    burst_concurrency: int = 8
+    burst_prompt_tokens: int = 16000
+    chronic_leak_mib_per_request: float = 512.0
+    log: str | None = None                        # None: stderr
+    argv: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def model_len(self) -> int:
+        """max_model_len as the engine resolves it: the flag, else the model's own context."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return LONG_CONTEXT if self.scenario == "startup" else NATIVE_CONTEXT
+
+    @property
+    def batched_tokens(self) -> int:
+        return self.max_num_batched_tokens or DEFAULT_BATCHED_TOKENS
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.enable_prefix_caching is not False
+
+    def command(self) -> list[str]:
+        """The argv that starts this simulator again with the same flags."""
+        return [sys.executable, "-m", "triage.sim", "serve", *self.argv]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m triage.sim serve",
+                                description="Simulate vLLM's OpenAI-compatible server (see triage.sim).")
+    p.add_argument("model", metavar="MODEL")
+    vllm = p.add_argument_group("vLLM flags (same names and defaults as vllm serve)")
+    vllm.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
+    vllm.add_argument("--port", type=int, default=0, help="0 picks a free port and prints it")
+    vllm.add_argument("--max-model-len", type=int, default=None)
+    vllm.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    vllm.add_argument("--max-num-seqs", type=int, default=256)
+    vllm.add_argument("--max-num-batched-tokens", type=int, default=None)
+    vllm.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    vllm.add_argument("--enforce-eager", action="store_true", default=False)
+    sim = p.add_argument_group("simulator only")
+    sim.add_argument("--scenario", choices=SCENARIOS, default="healthy")
+    sim.add_argument("--sim-gpu-gib", type=float, default=80.0, help="simulated GPU memory")
+    sim.add_argument("--sim-weights-gib", type=float, default=16.0, help="simulated model weights")
+    sim.add_argument("--sim-kv-bytes-per-token", type=int, default=131072, help="KV-cache bytes per token")
+    sim.add_argument("--burst-concurrency", type=int, default=8,
+                     help="burst: a step running more requests than this runs out of memory")
+    sim.add_argument("--burst-prompt-tokens", type=int, default=16000,
+                     help="burst: a step prefilling more tokens than this runs out of memory")
+    sim.add_argument("--chronic-leak-mib-per-request", type=float, default=512.0,
+                     help="chronic: allocator fragments left behind by each request")
+    sim.add_argument("--log", default=None, metavar="FILE", help="append the vLLM log here (default: stderr)")
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> SimArgs:
+    ns = build_parser().parse_args(list(argv))
+    values: dict[str, Any] = vars(ns)
+    args = SimArgs(**values, argv=tuple(argv))
+    _validate(args)
+    return args
+
+
+def _validate(args: SimArgs) -> None:
+    problems = []
+    if not 0 < args.gpu_memory_utilization <= 1:
+        problems.append("--gpu-memory-utilization must be in (0, 1]")
+    for name in ("max_num_seqs", "burst_concurrency", "burst_prompt_tokens", "sim_kv_bytes_per_token"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        problems.append("--max-model-len must be at least 1")
+    if args.sim_gpu_gib <= 0 or args.sim_weights_gib < 0:
+        problems.append("--sim-gpu-gib must be positive and --sim-weights-gib not negative")
+    if problems:
+        build_parser().error("; ".join(problems))
+
+
+def non_default_args(args: SimArgs) -> dict[str, Any]:
+    """What vLLM 0.11 logs as `non-default args`: the vLLM flags that differ from vLLM's defaults.
+
+    vLLM's own defaults are used here (host None, port 8000), so a simulator on loopback shows
+    `'host': '127.0.0.1'` the way a real launch with --host does."""
+    out: dict[str, Any] = {"model_tag": args.model, "host": args.host}
+    if args.port != VLLM_DEFAULT_PORT:
+        out["port"] = args.port
+    out["model"] = args.model
+    if args.max_model_len is not None:
+        out["max_model_len"] = args.max_model_len
+    if args.enforce_eager:
+        out["enforce_eager"] = True
+    if args.gpu_memory_utilization != 0.9:
+        out["gpu_memory_utilization"] = args.gpu_memory_utilization
+    if args.enable_prefix_caching is not None:
+        out["enable_prefix_caching"] = args.enable_prefix_caching
+    if args.max_num_batched_tokens is not None:
+        out["max_num_batched_tokens"] = args.max_num_batched_tokens
+    if args.max_num_seqs != 256:
+        out["max_num_seqs"] = args.max_num_seqs
+    return out
