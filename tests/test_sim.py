@@ -322,3 +322,15 @@ def test_orphan_worker_survives_a_sigkilled_server(start_sim):
         except ProcessLookupError:
             pass
     assert wait_until(lambda: not alive(worker), 3)
+
+
+def test_click_command_passes_the_flags_through(tmp_path):
+    log = tmp_path / "cli.log"
+    code = "import sys; from triage.sim.cli import sim; sim(sys.argv[1:])"
+    argv = [sys.executable, "-c", code, "serve", MODEL, "--gpu-memory-utilization", "0.97", "--log", str(log)]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=START_S)
+    assert done.returncode == 1
+    assert "'gpu_memory_utilization': 0.97" in log.read_text()
+    helped = subprocess.run([sys.executable, "-c", code, "serve", "--help"], capture_output=True, text=True,
+                            timeout=START_S)
+    assert helped.returncode == 0 and "--scenario" in helped.stdout

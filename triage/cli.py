@@ -108,6 +108,15 @@ def schema() -> None:
     click.echo(verdict_schema_path().read_text(encoding="utf-8"), nl=False)
 
 
+def _register_sim() -> None:
+    from .sim.cli import sim   # a click group only; the simulator loads when it runs
+
+    main.add_command(sim)
+
+
+_register_sim()
+
+
 class _progress:
     """A rich progress bar on stderr for large inputs when stderr is a terminal; else nothing."""
 

@@ -337,8 +337,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _S(Kind.PROCESS_CRASH, ("Segmentation fault", "SIGSEGV", "stack overflow", "Bus error", "SIGBUS"),
        _R(r"Segmentation fault|SIGSEGV|[Ss]tack overflow|Bus error|SIGBUS"), lambda m, msg: {"signal": m.group(0)}),
     # A process died without saying why: a failure, but not evidence of what failed.
-    _S(Kind.PROCESS_DIED, ("Received sigquit", "Killed"),
-       _R(r"Received sigquit from a child process|^Killed$"), lambda m, msg: {"signal": m.group(0)}),
+    _S(Kind.PROCESS_DIED, ("Received sigquit", "Killed", "died unexpectedly", "died with exit code"),
+       _R(r"Received sigquit from a child process|^Killed$|(?:Engine core|Worker) proc(?:ess)? \S+ died unexpectedly"
+          r"|Process \S+ \(PID: \d+\) died with exit code"), lambda m, msg: {"signal": m.group(0)}),
     _S(Kind.CHILD_KILLED, ("-9",),
        _R(r"(?P<name>[\w:-]+(?: proc)?\s*\S*) died (?:unexpectedly )?(?:\(exit code: -9\)|with exit code -9)|exitcode=-9|(?P<name2>'[\w]+')\s*:\s*-9\b"),
        lambda m, msg: {"process": m.group("name") or m.group("name2"), "exit_code": -9}),
@@ -442,10 +443,10 @@ SIGNATURES: tuple[Signature, ...] = (
        lambda m, msg: {"weights_bytes": gib(float(m.group(1))), "engine": "sglang"}),
     _S(Kind.KV_CAPACITY, ("KV Cache is allocated",), _R(r"KV Cache is allocated\. #tokens: (\d+)"),
        lambda m, msg: {"kv_tokens": int(m.group(1)), "engine": "sglang"}),
-    _S(Kind.STARTUP_COMPLETE, ("init engine", "Starting vLLM server on", "Application startup complete", "Uvicorn running on",
+    _S(Kind.STARTUP_COMPLETE, ("init engine", "Starting vLLM server on", "Starting vLLM API server", "Application startup complete", "Uvicorn running on",
                                "Available routes are", "fired up and ready", "Connected",
                                "llama runner started"),
-       _R(r"init engine \(profile, create kv cache, warmup model\) took|Starting vLLM server on|Application startup complete"
+       _R(r"init engine \(profile, create kv cache, warmup model\) took|Starting vLLM (?:API )?server (?:\d+ )?on|Application startup complete"
           r"|Uvicorn running on|Available routes are|The server is fired up and ready to roll|^Connected$"
           r"|llama runner started in")),
     _S(Kind.STATS, ("Avg prompt throughput", "Prefix cache hit rate: GPU"),

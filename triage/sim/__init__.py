@@ -1,14 +1,18 @@
 """A small simulator of vLLM's OpenAI-compatible server, for drills, demos and end-to-end tests.
 
-`python -m triage.sim serve MODEL [vLLM flags] --scenario NAME` starts a real HTTP server on
+`python -m triage.sim serve MODEL [vLLM flags] --scenario NAME [--log FILE]` (or `triage sim
+serve ...` once the click group in triage.sim.cli is registered) starts a real HTTP server on
 loopback that answers /health, /v1/models, /v1/completions and /metrics like vLLM 0.11 (V1
-engine) and writes its log in vLLM's own format. A scenario makes it fail the way each OOM class
-does, with the real log text, so `triage classify` and `triage recover` can be exercised
-without a GPU:
+engine) and writes its log in vLLM's own format. With `--port 0` it picks a free port; the
+URL is in the log (`Starting vLLM API server 0 on http://...`) and on stdout together with the
+PIDs (`triage.sim: <scenario> server at http://127.0.0.1:PORT (APIServer pid N, EngineCore_DP0
+pid M[, Worker_TP0 pid W])`). A scenario makes it fail the way each OOM class does, with the
+real log text, so `triage classify` and `triage recover` can be exercised without a GPU:
 
     healthy         serves normally
-    startup         exits 1 with the start-up KV-cache / free-memory error when the flags
-                    overflow the simulated GPU (a long-context model when --max-model-len is not given)
+    startup         exits 1 with the start-up KV-cache error when max_model_len does not fit
+                    (without --max-model-len the model is a 1M-context one, which does not);
+                    any scenario exits 1 with the free-memory error above utilisation 0.95
     burst           a step with more than --burst-concurrency running requests, or a prefill of
                     more than --burst-prompt-tokens tokens, runs out of activation memory
     chronic         every request leaves --chronic-leak-mib-per-request of allocator fragments
@@ -20,5 +24,16 @@ without a GPU:
     ignore_sigterm  SIGTERM is ignored (SIGKILL still works)
     orphan_worker   a worker child process that outlives a SIGKILLed server
 
-Standard library only, plus prometheus_client for the exposition format.
+Each failure depends on the flags the advice changes (max_model_len, gpu_memory_utilization,
+max_num_seqs, max_num_batched_tokens, prefix caching, the allocator setting), so a restart with
+the advised flags and the same scenario serves normally.
+
+Driving a drill so the log carries the evidence a classifier needs (tests/test_sim.py does this):
+* burst: fill the KV cache for real, e.g. `--sim-gpu-gib 24 --sim-weights-gib 16 --max-model-len
+  4096 --max-num-batched-tokens 8192` and 12 concurrent 3,200-word prompts (KV 98%, 9 running).
+  On the default 80 GiB card a handful of short requests dies with the KV cache nearly empty,
+  which no reader of the log can tell from other runtime OOMs.
+* prefix_cache: pass `--enable-prefix-caching` explicitly and send unshared prompts for over a
+  second (the stats line is written every second while busy).
+* chronic: the default card; about (0.95 - utilisation) x card / leak requests until the OOM.
 """

@@ -47,6 +47,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
+    timeout = 60          # an idle keep-alive connection does not hold its thread forever
 
     def log_message(self, format: str, *args: Any) -> None:   # noqa: A002 - the stdlib's name
         pass   # the access line is written in uvicorn's format by _send

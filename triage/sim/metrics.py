@@ -65,6 +65,7 @@ class SimMetrics:
             for name, value in current.items():
                 self._counters[name].labels(**self._labels).inc(max(0, value - self._seen[name]))
                 self._seen[name] = max(value, self._seen[name])
-            self._success.labels(**self._labels, finished_reason="length").inc(max(0, snap.finished - self._seen["finished"]))
+            finished = max(0, snap.finished - self._seen["finished"])
+            self._success.labels(**self._labels, finished_reason="length").inc(finished)
             self._seen["finished"] = max(snap.finished, self._seen["finished"])
             return generate_latest(self.registry)

@@ -22,7 +22,8 @@ from .failures import write_engine_died, write_fatal_error, write_shutdown
 from .handlers import App, Handler, SimHTTPServer
 from .memory import GiB, Sizing
 from .metrics import SimMetrics
-from .procs import ENGINE_NAME, WORKER_NAME, Child, can_fork, reap, spawn_engine_core, spawn_orphan_worker, stop, terminate
+from .procs import (ENGINE_NAME, WORKER_NAME, Child, can_fork, reap, spawn_engine_core, spawn_orphan_worker, stop,
+                    terminate)
 from .startup import engine_config, start_engine, write_frontend, write_serving, write_startup_failure
 from .stats import StatsLogger
 from .vlog import Proc, VllmLog
@@ -71,7 +72,8 @@ class Simulator:
         try:
             httpd = SimHTTPServer((self.args.host, self.args.port), Handler)
         except OSError as exc:
-            self.log.record(self.api, "ERROR", "api_server.py:1881", f"Failed to bind {self.args.host}:{self.args.port}: {exc}")
+            self.log.record(self.api, "ERROR", "api_server.py:1881",
+                            f"Failed to bind {self.args.host}:{self.args.port}: {exc}")
             self._stop_engine_child(1)
             self._stop_worker()
             return 1

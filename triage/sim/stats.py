@@ -39,7 +39,8 @@ class StatsLogger:
             return
         active = prompt > 0 or generation > 0 or snap.running > 0
         if active or self._was_active:
-            self._log.record(self._api, "INFO", "loggers.py:127", stats_line(snap, prompt / elapsed, generation / elapsed))
+            line = stats_line(snap, prompt / elapsed, generation / elapsed)
+            self._log.record(self._api, "INFO", "loggers.py:127", line)
         self._was_active = active
 
     def run(self, stop: threading.Event) -> None:

@@ -163,10 +163,12 @@ CHRONIC_FRAMES: list[Frame] = _BUSY_LOOP + _FORWARD + [
 PREFIX_CACHE_FRAMES: list[Frame] = _BUSY_LOOP + [
     (f"{_VLLM}/v1/worker/gpu_model_runner.py", 2140, "execute_model", "sampler_output = self.sampler("),
     *_MODULE_CALL,
-    (f"{_VLLM}/v1/sample/sampler.py", 93, "forward", "sampled, processed_logprobs = self.sample(logits, sampling_metadata)"),
+    (f"{_VLLM}/v1/sample/sampler.py", 93, "forward",
+     "sampled, processed_logprobs = self.sample(logits, sampling_metadata)"),
     (f"{_VLLM}/v1/sample/sampler.py", 160, "sample", "random_sampled, processed_logprobs = self.topk_topp_sampler("),
     *_MODULE_CALL,
-    (f"{_VLLM}/v1/sample/ops/topk_topp_sampler.py", 104, "forward_native", "logits = self.apply_top_k_top_p(logits, k, p)"),
+    (f"{_VLLM}/v1/sample/ops/topk_topp_sampler.py", 104, "forward_native",
+     "logits = self.apply_top_k_top_p(logits, k, p)"),
     (f"{_VLLM}/v1/sample/ops/topk_topp_sampler.py", 180, "apply_top_k_top_p",
      "logits_sort, logits_idx = logits.sort(dim=-1, descending=False)"),
 ]
