@@ -108,6 +108,27 @@ def schema() -> None:
     click.echo(verdict_schema_path().read_text(encoding="utf-8"), nl=False)
 
 
+@main.command()
+@click.option("--dir", "dirs", multiple=True, type=click.Path(file_okay=False), help="Also load runbooks from DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print the runbooks as JSON.")
+def runbooks(dirs: Sequence[str], as_json: bool) -> None:
+    """List the recovery runbooks (bundled and --dir), validating every file strictly."""
+    from pathlib import Path
+
+    from .recovery.runbooks import load_runbooks
+
+    books = load_runbooks([Path(d) for d in dirs])
+    if as_json:
+        click.echo(json.dumps({b.id: {"title": b.title, "applies_to": list(b.applies_to), "source": b.source,
+                                      "steps": [{"id": s.id, "action": s.action, "timeout_s": s.timeout_s,
+                                                 "on_failure": s.on_failure} for s in b.steps]}
+                               for b in books.values()}, indent=2))
+        return
+    for book in books.values():
+        click.echo(f"{book.id:14s} {book.title}  ({len(book.steps)} steps: "
+                   f"{', '.join(s.action for s in book.steps)})")
+
+
 def _register_sim() -> None:
     from .sim.cli import sim   # a click group only; the simulator loads when it runs
 

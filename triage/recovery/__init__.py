@@ -1,0 +1,1 @@
+"""Recovery: runbooks, the executor and its audit trail."""

@@ -1,0 +1,168 @@
+"""Recovery runbooks: YAML data (runbooks/*.yaml), validated strictly when loaded.
+
+A runbook is an ordered list of steps, each an action from a closed set with its parameters, a
+timeout, what to do when it fails, and how success is verified. Anything unknown — a key, an
+action, a parameter — is an error naming the file and the dotted path, so a typo can never turn
+into a silently skipped safety step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..errors import TriageError
+from ..paths import runbooks_dir
+
+# action -> parameters it accepts (name -> type). Commands are argv lists built by the executor,
+# never shell strings taken from a runbook.
+ACTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "drain": {"poll_s": (int, float), "max_wait_s": (int, float)},
+    "stop_server": {"grace_s": (int, float)},
+    "check_gpu_free": {"min_free_share": float},
+    "gpu_reset": {"require_flag": bool},
+    "restart": {"driver": str, "env": dict, "log": str},
+    "wait_healthy": {"retries": int, "backoff_s": (int, float), "completion_deadline_s": (int, float)},
+    "verify": {"window_s": (int, float), "max_kv_usage": float, "max_gpu_share": float},
+    "manual": {"instruction": str},
+    "rollback": {"driver": str},
+}
+DRIVERS = ("process", "systemctl", "kubectl")
+STEP_KEYS = {"id", "title", "action", "params", "timeout_s", "on_failure", "verify"}
+RUNBOOK_KEYS = {"id", "title", "applies_to", "summary", "steps"}
+REQUIRED_STEP_KEYS = ("id", "title", "action", "timeout_s", "on_failure", "verify")
+
+
+class RunbookError(TriageError):
+    """A runbook file that does not validate: `file: dotted.path: problem`."""
+
+
+@dataclass(frozen=True)
+class RunbookStep:
+    id: str
+    title: str
+    action: str
+    timeout_s: float
+    on_failure: str                      # "stop" | "continue"
+    verify: str                          # what proves the step worked, in words
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Runbook:
+    id: str
+    title: str
+    applies_to: tuple[str, ...]
+    summary: str
+    steps: tuple[RunbookStep, ...]
+    source: str
+
+
+def load_runbook(path: Path) -> Runbook:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunbookError(f"{path}: cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise RunbookError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    return parse_runbook(data, str(path))
+
+
+def parse_runbook(data: Any, source: str) -> Runbook:
+    where = _Where(source)
+    if not isinstance(data, dict):
+        where.fail("", "expected a mapping with id, title, applies_to, summary, steps")
+    where.no_unknown(data, RUNBOOK_KEYS, "")
+    for key in ("id", "title", "summary"):
+        where.require_str(data, key, "")
+    applies = data.get("applies_to")
+    if not isinstance(applies, list) or not applies or not all(isinstance(a, str) for a in applies):
+        where.fail("applies_to", "expected a non-empty list of verdict classes or runbook names")
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not steps:
+        where.fail("steps", "expected a non-empty list of steps")
+    parsed = tuple(_step(where, raw, f"steps[{i}]") for i, raw in enumerate(steps))
+    ids = [s.id for s in parsed]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        where.fail("steps", f"duplicate step id(s): {', '.join(dupes)}")
+    return Runbook(data["id"], data["title"], tuple(applies), data["summary"], parsed, source)
+
+
+def _step(where: "_Where", raw: Any, path: str) -> RunbookStep:
+    if not isinstance(raw, dict):
+        where.fail(path, "expected a mapping")
+    where.no_unknown(raw, STEP_KEYS, path)
+    for key in REQUIRED_STEP_KEYS:
+        if key not in raw:
+            where.fail(f"{path}.{key}", "missing")
+    for key in ("id", "title", "verify"):
+        where.require_str(raw, key, path)
+    action = raw["action"]
+    if action not in ACTIONS:
+        where.fail(f"{path}.action", f"unknown action {action!r} (allowed: {', '.join(ACTIONS)})")
+    timeout = raw["timeout_s"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+        where.fail(f"{path}.timeout_s", "expected a number of seconds in (0, 3600]")
+    if raw["on_failure"] not in ("stop", "continue"):
+        where.fail(f"{path}.on_failure", "expected 'stop' or 'continue'")
+    params = raw.get("params") or {}
+    if not isinstance(params, dict):
+        where.fail(f"{path}.params", "expected a mapping")
+    allowed = ACTIONS[action]
+    for key, value in params.items():
+        if key not in allowed:
+            where.fail(f"{path}.params.{key}", f"unknown parameter for {action} (allowed: {', '.join(allowed) or 'none'})")
+        if isinstance(value, bool) and allowed[key] is not bool or not isinstance(value, allowed[key]):
+            where.fail(f"{path}.params.{key}", f"expected {_type_name(allowed[key])}")
+    if action in ("restart", "rollback") and params.get("driver", "process") not in DRIVERS:
+        where.fail(f"{path}.params.driver", f"expected one of {', '.join(DRIVERS)}")
+    if action == "manual" and not params.get("instruction"):
+        where.fail(f"{path}.params.instruction", "a manual step needs the instruction for the human")
+    return RunbookStep(raw["id"], raw["title"], action, float(timeout), raw["on_failure"], raw["verify"], dict(params))
+
+
+def load_runbooks(extra_dirs: Iterable[Path] = ()) -> dict[str, Runbook]:
+    """The bundled runbooks, then the user's directories (a user runbook replaces a bundled one)."""
+    books: dict[str, Runbook] = {}
+    for directory in (runbooks_dir(), *extra_dirs):
+        if not Path(directory).is_dir():
+            raise RunbookError(f"{directory}: not a directory of runbooks")
+        for path in sorted(Path(directory).glob("*.yaml")):
+            book = load_runbook(path)
+            books[book.id] = book
+    return books
+
+
+def select(books: Mapping[str, Runbook], name: str) -> Runbook:
+    """The runbook called `name`, or the one that applies to the verdict class `name`."""
+    if name in books:
+        return books[name]
+    for book in books.values():
+        if name in book.applies_to:
+            return book
+    raise RunbookError(f"no runbook for {name!r} (have: {', '.join(sorted(books)) or 'none'})")
+
+
+class _Where:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, path: str, problem: str):
+        raise RunbookError(f"{self.source}: {path + ': ' if path else ''}{problem}")
+
+    def no_unknown(self, data: Mapping[str, Any], allowed: set[str], path: str) -> None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            self.fail(f"{path + '.' if path else ''}{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+    def require_str(self, data: Mapping[str, Any], key: str, path: str) -> None:
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            self.fail(f"{path + '.' if path else ''}{key}", "expected a non-empty string")
+
+
+def _type_name(t: type | tuple[type, ...]) -> str:
+    names = [x.__name__ for x in (t if isinstance(t, tuple) else (t,))]
+    return {"int/float": "a number"}.get("/".join(names), " or ".join(names))
