@@ -129,6 +129,43 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
                    f"{', '.join(s.action for s in book.steps)})")
 
 
+@main.command()
+@click.argument("incident", type=click.Path(exists=True))
+@click.option("--runbook", "runbook_name", metavar="NAME", help="Use this runbook instead of the verdict's.")
+@click.option("--runbook-dir", "runbook_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Also load runbooks from DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str], as_json: bool) -> None:
+    """Show the recovery plan for INCIDENT: every step, PID, command, flag change and timeout.
+
+    This is a dry run: nothing is signalled, restarted or written.
+    """
+    from pathlib import Path
+
+    from .api import classify_paths
+    from .recovery.plan import build_plan
+    from .recovery.runbooks import load_runbooks, select
+
+    verdict, evidence = classify_paths([incident])
+    name = runbook_name or verdict.runbook
+    if not name:
+        raise NoRunbook(f"{incident}: the verdict is {verdict.oom_class.value}; choose a runbook with --runbook "
+                        "(triage runbooks lists them)")
+    plan = build_plan(verdict, evidence, select(load_runbooks([Path(d) for d in runbook_dirs]), name))
+    if as_json:
+        from .recovery.plan import plan_json
+
+        click.echo(json.dumps(plan_json(plan), indent=2))
+    else:
+        from .console import render_plan
+
+        render_plan(plan)
+
+
+class NoRunbook(TriageError):
+    exit_code = ExitCode.UNKNOWN
+
+
 def _register_sim() -> None:
     from .sim.cli import sim   # a click group only; the simulator loads when it runs
 

@@ -78,6 +78,22 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
         _explain(out, evidence)
 
 
+def render_plan(plan, console: Console | None = None) -> None:
+    out = console or Console(highlight=False)
+    v = plan.verdict
+    out.print(Panel(Text.assemble((f" {v.oom_class.value.upper()} ", "bold black on white"),
+                                  f"  {v.confidence:.2f}  ", v.summary),
+                    title=f"recovery plan: runbook {plan.runbook.id} (dry run: nothing will be changed)"))
+    out.print(Text(plan.runbook.summary.strip(), style="dim"))
+    for ps in plan.steps:
+        s = ps.step
+        out.print(Text.assemble((f"\n{ps.number}. {s.title}", "bold"),
+                                f"  [{s.action}, timeout {s.timeout_s:.0f} s, on failure: {s.on_failure}]"))
+        for line in ps.details:
+            out.print(Text("     " + line))
+        out.print(Text(f"     verified by: {s.verify}", style="dim"))
+
+
 def _explain(out: Console, evidence: EvidenceSet) -> None:
     table = Table(title="Every record read", title_justify="left", expand=True)
     for col in ("where", "time (UTC)", "kind", "fields"):

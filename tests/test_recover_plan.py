@@ -1,0 +1,56 @@
+"""`triage recover INCIDENT` (no --execute) prints the plan and changes nothing at all."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from triage.cli import main
+from triage.errors import ExitCode
+
+from tests.conftest import sample
+
+
+def _snapshot(root):
+    return sorted((os.path.relpath(os.path.join(d, f), root), os.stat(os.path.join(d, f)).st_mtime_ns,
+                   os.stat(os.path.join(d, f)).st_size) for d, _, files in os.walk(root) for f in files)
+
+
+def test_dry_run_plan_is_concrete_and_writes_nothing(runner, tmp_path):
+    bundle = tmp_path / "incident"
+    shutil.copytree(sample("startup-kv-blowout-v1"), bundle)
+    before = _snapshot(tmp_path)
+    result = runner.invoke(main, ["recover", str(bundle), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert _snapshot(tmp_path) == before                      # nothing written, nothing touched
+    plan = json.loads(result.stdout)
+    assert plan["dry_run"] is True and plan["runbook"] == "startup"
+    assert plan["new_argv"][-2:] == ["--max-model-len", "29216"]
+    assert {"setting": "max_model_len", "from": 131072, "to": 29216} in plan["changes"]
+    actions = [s["action"] for s in plan["steps"]]
+    assert actions[0] == "stop_server" and "restart" in actions and "wait_healthy" in actions
+    assert all(s["timeout_s"] > 0 for s in plan["steps"])
+    healthy = next(s for s in plan["steps"] if s["action"] == "wait_healthy")
+    assert any("max_tokens=1" in d for d in healthy["details"])
+
+
+def test_pids_come_from_the_evidence(runner):
+    plan = json.loads(runner.invoke(main, ["recover", str(sample("startup-other-tenant")), "--json"]).stdout)
+    assert plan["runbook"] == "startup"
+    assert any(p["pid"] == 3817204 for p in plan["pids"])
+
+
+def test_env_changes_for_chronic_and_a_human_readable_plan(runner):
+    plan = json.loads(runner.invoke(main, ["recover", str(sample("chronic-fragmentation")), "--json"]).stdout)
+    assert plan["env"] == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    text = runner.invoke(main, ["recover", str(sample("chronic-fragmentation"))]).stdout
+    assert "dry run" in text and "expandable_segments:True" in text
+
+
+def test_unknown_verdict_needs_a_runbook(runner):
+    result = runner.invoke(main, ["recover", str(sample("unknown-bare-oom"))])
+    assert result.exit_code == ExitCode.UNKNOWN and "--runbook" in result.stderr
+    chosen = runner.invoke(main, ["recover", str(sample("unknown-bare-oom")), "--runbook", "burst", "--json"])
+    assert chosen.exit_code == 0 and json.loads(chosen.stdout)["runbook"] == "burst"
+    missing = runner.invoke(main, ["recover", str(sample("unknown-bare-oom")), "--runbook", "nope"])
+    assert missing.exit_code == ExitCode.BAD_INPUT and "no runbook for 'nope'" in missing.stderr

@@ -1,0 +1,160 @@
+"""The recovery plan: a runbook made concrete for one incident, before anything is done.
+
+Every step gets the exact details a reviewer needs — which PIDs (and how they will be confirmed),
+which signals, the old and new launch arguments and their diff, the environment, the URLs probed
+and every timeout. Building a plan has no side effects: `triage recover` without `--execute`
+prints it and writes nothing.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..evidence.kinds import Kind
+from ..model import EvidenceSet, Verdict
+from .runbooks import Runbook, RunbookStep
+
+_URL = re.compile(r"https?://[\w.\-\[\]:]+")
+
+
+@dataclass(frozen=True)
+class PidCandidate:
+    pid: int
+    role: str            # "APIServer", "EngineCore_DP0", "VLLM::Worker_TP0", ...
+    source: str          # where it was seen (source:line)
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    number: int
+    step: RunbookStep
+    details: tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    runbook: Runbook
+    verdict: Verdict
+    steps: list[PlannedStep] = field(default_factory=list)
+    current_argv: list[str] | None = None
+    new_argv: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    diff: list[tuple[str, Any, Any]] = field(default_factory=list)
+    pids: list[PidCandidate] = field(default_factory=list)
+    server_url: str | None = None
+
+
+def build_plan(verdict: Verdict, evidence: EvidenceSet, runbook: Runbook) -> Plan:
+    plan = Plan(runbook=runbook, verdict=verdict)
+    plan.server_url = server_url(evidence)
+    plan.pids = pid_candidates(evidence)
+    plan.current_argv = list(verdict.facts.get("argv") or []) or None
+    plan.new_argv, plan.env = _new_launch(verdict)
+    plan.diff = [(r.setting, r.from_value, r.to_value) for r in verdict.recommendations if r.to_value is not None]
+    for number, step in enumerate(runbook.steps, 1):
+        plan.steps.append(PlannedStep(number, step, tuple(_details(step, plan))))
+    return plan
+
+
+def server_url(evidence: EvidenceSet) -> str | None:
+    """The server's base URL as its own start-up line printed it (0.0.0.0 means loopback here)."""
+    for rec in reversed(evidence.of(Kind.STARTUP_COMPLETE)):
+        m = _URL.search(rec.text)
+        if m:
+            return m.group(0).replace("0.0.0.0", "127.0.0.1")
+    return None
+
+
+def pid_candidates(evidence: EvidenceSet) -> list[PidCandidate]:
+    """PIDs the evidence names for the server's processes, to be confirmed before any signal."""
+    seen: dict[int, PidCandidate] = {}
+    for rec in evidence.of(Kind.GPU_PROCESS):
+        pid = rec.fields.get("pid")
+        if isinstance(pid, int) and pid not in seen:
+            seen[pid] = PidCandidate(pid, str(rec.fields.get("name") or "GPU process"), rec.where)
+    return list(seen.values())
+
+
+def _new_launch(verdict: Verdict) -> tuple[list[str] | None, dict[str, str]]:
+    if not verdict.command:
+        return None, {}
+    words = shlex.split(verdict.command)
+    env: dict[str, str] = {}
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return words, env
+
+
+def _details(step: RunbookStep, plan: Plan) -> list[str]:
+    p = step.params
+    url = plan.server_url or "<server URL: give --url>"
+    if step.action == "drain":
+        return [f"poll {url}/metrics every {p.get('poll_s', 2)} s until vllm:num_requests_running is 0 "
+                f"(at most {p.get('max_wait_s', 120)} s; a dead engine counts as drained)"]
+    if step.action == "stop_server":
+        who = ", ".join(f"{c.pid} ({c.role}, {c.source})" for c in plan.pids) or \
+            "none named in the evidence: found at execution through NVML (processes on the server's GPU)"
+        return [f"PIDs: {who}",
+                "before any signal: re-read each PID's command line and start time; a mismatch aborts (PID reuse)",
+                f"SIGTERM the whole process tree (API server, engine core, workers), wait {p.get('grace_s', 30)} s, "
+                "then SIGKILL what is left",
+                "then check with NVML that the memory came back"]
+    if step.action == "check_gpu_free":
+        return [f"NVML: at least {p.get('min_free_share', 0.9):.0%} of the GPU free, and no compute process on it"]
+    if step.action == "gpu_reset":
+        return ["nvidia-smi --gpu-reset -i <GPU> — only with --allow-gpu-reset, as root, and only when NVML "
+                "lists no process on that GPU; refused otherwise"]
+    if step.action in ("restart", "rollback"):
+        return _restart_details(step, plan)
+    if step.action == "wait_healthy":
+        return [f"GET {url}/health, {p.get('retries', 60)} tries, backoff {p.get('backoff_s', 2)} s",
+                f"then POST {url}/v1/completions with max_tokens=1; it must answer within "
+                f"{p.get('completion_deadline_s', 60)} s (a /health 200 alone does not prove the engine serves)"]
+    if step.action == "verify":
+        return [f"for {p.get('window_s', 60)} s: vllm KV-cache usage <= {p.get('max_kv_usage', 0.95):.0%}, "
+                f"GPU memory <= {p.get('max_gpu_share', 0.97):.0%} of the card (NVML)"]
+    if step.action == "manual":
+        return [str(p.get("instruction")), "the operator confirms before the plan goes on"]
+    return []
+
+
+def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
+    driver = step.params.get("driver", "process")
+    out = [f"driver: {driver}"]
+    if step.action == "rollback":
+        return out + ["relaunch with the last known-good launch arguments recorded in actions.jsonl"]
+    env = {**plan.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
+    if plan.current_argv:
+        out.append("current: " + shlex.join(plan.current_argv))
+    if plan.new_argv:
+        out.append("new:     " + shlex.join(plan.new_argv))
+    elif not plan.current_argv:
+        out.append("launch command: not in the evidence (attach the command or vLLM's 'non-default args' line)")
+    for setting, old, new in plan.diff:
+        out.append(f"change:  {setting}: {old} -> {new}")
+    for key, value in env.items():
+        out.append(f"env:     {key}={value}")
+    out.append("output:  INCIDENT/logs/restart-<UTC time>.log")
+    return out
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "schema": "triage.plan/v1",
+        "dry_run": True,
+        "runbook": plan.runbook.id,
+        "verdict": {"class": plan.verdict.oom_class.value, "confidence": plan.verdict.confidence,
+                    "summary": plan.verdict.summary},
+        "server_url": plan.server_url,
+        "pids": [{"pid": c.pid, "role": c.role, "source": c.source} for c in plan.pids],
+        "current_argv": plan.current_argv,
+        "new_argv": plan.new_argv,
+        "env": plan.env,
+        "changes": [{"setting": s, "from": old, "to": new} for s, old, new in plan.diff],
+        "steps": [{"number": ps.number, "id": ps.step.id, "title": ps.step.title, "action": ps.step.action,
+                   "timeout_s": ps.step.timeout_s, "on_failure": ps.step.on_failure, "verify": ps.step.verify,
+                   "details": list(ps.details)} for ps in plan.steps],
+    }
