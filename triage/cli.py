@@ -162,6 +162,26 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
         render_plan(plan)
 
 
+@main.group()
+def audit() -> None:
+    """The recovery audit trail (INCIDENT/actions.jsonl)."""
+
+
+@audit.command(name="verify")
+@click.argument("incident", type=click.Path(exists=True))
+def audit_verify(incident: str) -> None:
+    """Check the hash chain of INCIDENT/actions.jsonl: edits, deletions, reordering, truncation."""
+    from .recovery.audit import verify
+
+    report = verify(incident)
+    if report.ok:
+        click.echo(report.summary())
+        return
+    for problem in report.problems:
+        click.echo(f"triage: {problem}", err=True)
+    sys.exit(int(ExitCode.BAD_INPUT))
+
+
 class NoRunbook(TriageError):
     exit_code = ExitCode.UNKNOWN
 

@@ -1,0 +1,374 @@
+"""The recovery audit log: `INCIDENT/actions.jsonl`, append-only and hash-chained.
+
+Each line is one JSON record (canonical: sorted keys, compact, ASCII). Two fields chain it:
+  prev  sha256 hex of the previous line's exact bytes (without its newline); 64 zeros first
+  hash  sha256 hex of the canonical JSON of the record without `hash`
+so an edited, deleted, reordered or truncated line is detectable (`verify`). Lines are written
+with one os.write on an O_APPEND descriptor, then fsync'd; the file is never rewritten.
+Arguments and output are redacted (`redact.py`) before they reach the disk.
+"""
+from __future__ import annotations
+
+import fcntl
+import getpass
+import hashlib
+import json
+import math
+import os
+import socket
+import subprocess
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from ..errors import BadInput, TriageError
+from .redact import redact
+
+FILENAME = "actions.jsonl"
+GENESIS = "0" * 64
+TAIL_CHARS = 2000
+PHASES = ("start", "end")
+RESULTS = ("ok", "failed", "timeout", "skipped", "interrupted", "aborted")
+RESERVED = ("seq", "time", "user", "host", "prev", "hash")   # filled in by append()
+REQUIRED = ("seq", "time", "run_id", "action", "phase", "prev", "hash")
+
+Clock = Callable[[], datetime]
+
+
+class AuditError(TriageError):
+    """The audit log cannot be appended to (broken chain, unwritable file)."""
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+def canonical(obj: Mapping[str, Any]) -> bytes:
+    """The exact bytes hashed and written: sorted keys, compact separators, ASCII only."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def record_hash(record: Mapping[str, Any]) -> str:
+    return sha256(canonical({k: v for k, v in record.items() if k != "hash"}))
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC, millisecond precision, `Z` suffix; naive datetimes are taken as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def current_user() -> str:
+    """The human behind the run: $SUDO_USER under sudo, else the login name (or the uid)."""
+    sudo = os.environ.get("SUDO_USER")
+    if sudo:
+        return sudo
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):           # no passwd entry (containers)
+        return str(os.getuid())
+
+
+def tail(text: str | bytes | None, limit: int = TAIL_CHARS) -> str | None:
+    """The redacted last `limit` characters of an output (redacted before cutting)."""
+    if text is None:
+        return None
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    window = redact(text[-4 * limit:])     # redact a wider window so no secret is cut in half
+    return window if len(window) <= limit else "..." + window[-limit:]
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe copy: str keys, lists for tuples/sets, str() for anything exotic."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+# -- verification -----------------------------------------------------------------------------
+
+@dataclass
+class VerifyReport:
+    ok: bool
+    records: int
+    problems: list[str] = field(default_factory=list)
+    last_hash: str | None = None          # `hash` of the last valid record
+    note: str = ""                        # e.g. "no audit log yet (0 records)"
+
+    def summary(self) -> str:
+        if self.ok:
+            return self.note or f"ok: {self.records} records, chain intact"
+        return f"BROKEN: {len(self.problems)} problem(s); first: {self.problems[0]}"
+
+
+@dataclass
+class _Scan:
+    """What a pass over the file found; the tail state is what the next append chains to."""
+    report: VerifyReport
+    last_record: dict[str, Any] | None = None
+    last_valid: dict[str, Any] | None = None
+    next_prev: str = GENESIS
+    next_seq: int = 1
+
+
+def log_path(path: str | os.PathLike[str]) -> Path:
+    """An incident directory means its actions.jsonl; anything else is the file itself."""
+    p = Path(path)
+    return p / FILENAME if p.is_dir() else p
+
+
+def verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Re-compute every hash and prev link; problems read `line N: ...`."""
+    return _scan(log_path(path)).report
+
+
+def _scan(path: Path) -> _Scan:
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return _Scan(VerifyReport(True, 0, note=f"{path}: no audit log yet (0 records)"))
+    except OSError as exc:
+        raise BadInput(str(path), f"cannot read audit log: {exc.strerror or exc}") from None
+    scan = _Scan(VerifyReport(True, 0))
+    problems = scan.report.problems
+    prev_line: bytes | None = None
+    last_seq = 0
+    with fh:
+        for n, raw in enumerate(fh, start=1):
+            line = raw[:-1] if raw.endswith(b"\n") else raw
+            record = _parse(line)
+            if record is None or not raw.endswith(b"\n"):
+                why = "" if raw.endswith(b"\n") else " (no trailing newline)"
+                problems.append(f"line {n}: truncated or corrupt JSON{why}")
+                prev_line = line
+                scan.last_record = None
+                continue
+            expected_prev = GENESIS if prev_line is None else sha256(prev_line)
+            line_problems = _check(n, record, expected_prev, last_seq)
+            problems.extend(line_problems)
+            if not line_problems:
+                scan.last_valid = record
+            if isinstance(record.get("seq"), int):
+                last_seq = record["seq"]
+            scan.report.records += 1
+            scan.last_record = record
+            prev_line = line
+    scan.report.ok = not problems
+    if scan.report.ok:
+        scan.next_prev = GENESIS if prev_line is None else sha256(prev_line)
+        scan.next_seq = last_seq + 1
+        scan.report.last_hash = scan.last_valid["hash"] if scan.last_valid else None
+        if scan.report.records == 0:
+            scan.report.note = f"{path}: empty audit log (0 records)"
+    elif scan.last_valid:
+        scan.report.last_hash = scan.last_valid["hash"]
+    return scan
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _check(n: int, record: dict[str, Any], expected_prev: str, last_seq: int) -> list[str]:
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        return [f"line {n}: missing field(s) {', '.join(missing)}"]
+    out = []
+    try:
+        if record["hash"] != record_hash(record):
+            out.append(f"line {n}: hash mismatch (record edited)")
+    except ValueError:
+        out.append(f"line {n}: hash mismatch (record is not canonical JSON)")
+    if record["prev"] != expected_prev:
+        where = "the genesis value" if n == 1 else f"line {n - 1}"
+        out.append(f"line {n}: prev does not match {where} (a line was edited, deleted, "
+                   "inserted or reordered)")
+    seq = record["seq"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq != last_seq + 1:
+        out.append(f"line {n}: seq {seq!r}, expected {last_seq + 1} (gap or reorder)")
+    return out
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+@dataclass
+class StepHandle:
+    """Given to the body of `AuditLog.step`: set `result` ("skipped", "failed"...) and `output`."""
+    start: dict[str, Any]
+    result: str | None = None             # None at the end means "ok"
+    output: str = ""
+
+
+class AuditLog:
+    """Append-only writer for one incident's actions.jsonl (see module doc)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, run_id: str | None = None,
+                 clock: Clock | None = None, monotonic: Callable[[], float] = time.monotonic):
+        self.path = log_path(path)
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.clock: Clock = clock or (lambda: datetime.now(timezone.utc))
+        self.monotonic = monotonic
+        self._tail: tuple[int, int, int, str, int] | None = None   # ino, size, mtime, prev, seq
+
+    # reading
+    def records(self) -> list[dict[str, Any]]:
+        """Every parseable record, in file order (use verify() to know whether to trust them)."""
+        out = []
+        try:
+            with open(self.path, "rb") as fh:
+                out = [r for r in (_parse(raw.rstrip(b"\n")) for raw in fh) if r is not None]
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise BadInput(str(self.path), f"cannot read audit log: {exc.strerror or exc}") from None
+        return out
+
+    def last(self) -> dict[str, Any] | None:
+        """The last record that verifies (hash, prev and seq), or None: where a resume starts."""
+        return _scan(self.path).last_valid
+
+    def completed_steps(self, run_id: str | None = None) -> list[str]:
+        """Step ids whose latest `end` record says ok or skipped, in the order they ended."""
+        done: dict[str, str] = {}
+        for rec in self.records():
+            if rec.get("phase") == "end" and (run_id is None or rec.get("run_id") == run_id):
+                done.pop(str(rec.get("step")), None)
+                if rec.get("result") in ("ok", "skipped"):
+                    done[str(rec.get("step"))] = "done"
+        return list(done)
+
+    # writing
+    def append(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one record (redacted, chained, fsync'd) and return it as written."""
+        bad = [k for k in RESERVED if k in record]
+        if bad:
+            raise AuditError(f"audit record may not set {', '.join(bad)} (filled in by the log)")
+        if record.get("phase") not in PHASES:
+            raise AuditError(f"audit record phase must be start or end, not {record.get('phase')!r}")
+        if not record.get("action"):
+            raise AuditError("audit record needs an action")
+        body: dict[str, Any] = {
+            "run_id": self.run_id, "step": None, "args": {}, "result": None,
+            "duration_s": None, "output_tail": None,
+        }
+        body.update(_plain(dict(record)))
+        body["args"] = redact(body["args"])
+        body["output_tail"] = tail(body["output_tail"])
+        for key in set(body) - {"args", "output_tail", "run_id", "step", "action", "phase",
+                                "result", "duration_s"}:
+            body[key] = redact(body[key])    # extra fields are redacted too
+        body.update(time=rfc3339(self.clock()), user=current_user(), host=socket.gethostname())
+        return self._write(body)
+
+    @contextmanager
+    def step(self, step: str, action: str, args: Any = None, **extra: Any) -> Iterator[StepHandle]:
+        """Record `start`, run the body, record `end` (ok / failed / timeout / interrupted).
+
+        Exceptions (KeyboardInterrupt included) are recorded, then re-raised."""
+        start = self.append({"step": step, "action": action, "phase": "start",
+                             "args": {} if args is None else args, **extra})
+        handle = StepHandle(start=start)
+        began = self.monotonic()
+
+        def end(result: str, error: BaseException | None = None) -> None:
+            output = handle.output
+            if error is not None:
+                output = f"{output}\n{type(error).__name__}: {error}".lstrip("\n")
+            self.append({"step": step, "action": action, "phase": "end", "result": result,
+                         "args": start["args"], "output_tail": output,
+                         "duration_s": round(self.monotonic() - began, 3), **extra})
+
+        try:
+            yield handle
+        except KeyboardInterrupt as exc:
+            end("interrupted", exc)
+            raise
+        except (TimeoutError, subprocess.TimeoutExpired) as exc:
+            end("timeout", exc)
+            raise
+        except BaseException as exc:
+            end("failed", exc)
+            raise
+        end(handle.result or "ok")
+
+    def _write(self, body: dict[str, Any]) -> dict[str, Any]:
+        if not self.path.parent.is_dir():
+            raise BadInput(str(self.path.parent), "incident directory does not exist")
+        fd, created = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)          # one writer at a time, across processes
+            prev, seq = self._chain_state(fd)
+            body.update(seq=seq, prev=prev)
+            body["hash"] = record_hash(body)
+            line = canonical(body)
+            data = line + b"\n"
+            if os.write(fd, data) != len(data):
+                raise AuditError(f"{self.path}: short write; the last line is incomplete")
+            os.fsync(fd)
+            if created:
+                _fsync_dir(self.path.parent)
+            st = os.fstat(fd)
+            self._tail = (st.st_ino, st.st_size, st.st_mtime_ns, sha256(line), seq + 1)
+        except OSError as exc:
+            raise AuditError(f"{self.path}: cannot write audit log: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)                             # releases the flock
+        return body
+
+    def _open(self) -> tuple[int, bool]:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+        try:
+            return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise AuditError(f"{self.path}: cannot create audit log: {exc.strerror or exc}") from None
+        try:
+            return os.open(self.path, flags), False
+        except OSError as exc:
+            raise AuditError(f"{self.path}: cannot open audit log: {exc.strerror or exc}") from None
+
+    def _chain_state(self, fd: int) -> tuple[str, int]:
+        """(prev, seq) for the next record; refuses to extend a broken chain."""
+        st = os.fstat(fd)
+        if self._tail and self._tail[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
+            return self._tail[3], self._tail[4]      # unchanged since our own last write
+        scan = _scan(self.path)
+        if not scan.report.ok:
+            raise AuditError(f"{self.path}: audit log is broken, refusing to append: "
+                             f"{scan.report.problems[0]} (run `triage audit verify`; move the "
+                             "file aside to start a new log)")
+        return scan.next_prev, scan.next_seq
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["AuditError", "AuditLog", "GENESIS", "StepHandle", "VerifyReport", "canonical",
+           "log_path", "record_hash", "verify"]
