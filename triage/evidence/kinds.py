@@ -53,6 +53,7 @@ class Kind(str, Enum):
     HOST_MEMORY_GROWTH = "host_memory_growth"  # process RSS / anonymous memory growing
     HOST_MEMORY_EXHAUSTED = "host_memory_exhausted"  # a host (CPU) allocation failed: ENOMEM, bad_alloc
     PROCESS_CRASH = "process_crash"            # segfault, stack overflow, abort by signal
+    SETUP_ERROR = "setup_error"                # broken install or environment: import, driver, device, tokenizer
     # --- readings ------------------------------------------------------------------------
     GPU_MEMORY = "gpu_memory"                  # per-GPU used/total (nvidia-smi, NVML, DCGM)
     GPU_PROCESS = "gpu_process"                # a process holding GPU memory
@@ -78,7 +79,7 @@ STARTUP_CHECK_KINDS = frozenset({
 NOT_GPU_KINDS = frozenset({
     Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
-    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR,
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").

@@ -32,11 +32,14 @@ _EXCEPTION = re.compile(
 # A request the API server refused (too long, malformed): the client gets a 4xx, the server serves on.
 REQUEST_REJECTED = re.compile(
     r"maximum context length is \d+|Please reduce the length|is longer than the maximum model length"
-    r"|Error in preprocessing prompt inputs|exceeds the maximum (?:allowed|number of)|Input validation error")
+    r"|Error in preprocessing prompt inputs|exceeds the maximum (?:allowed|number of)|Input validation error"
+    r"|chat_template is not set|Cannot use chat template functions|is too long and exceeds limit")
 # Exceptions a healthy server logs on shutdown or when a client goes away: not failures.
 BENIGN_EXCEPTIONS = frozenset({
     "CancelledError", "KeyboardInterrupt", "SystemExit", "GeneratorExit", "ConnectionResetError",
     "BrokenPipeError", "ConnectionAbortedError", "ClientDisconnect", "ClientDisconnected", "StopAsyncIteration",
+    # raised in a client (openai / httpx) pasted beside the server's log: the client's problem
+    "APITimeoutError", "APIConnectionError", "ReadTimeout", "ConnectTimeout",
 })
 _CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
 # vLLM's request logging (--enable-log-requests): prompts and outputs, i.e. user text.
@@ -52,7 +55,7 @@ _FAILURE_KINDS = {
     Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.PROFILING_ERROR, Kind.KV_POOL_OOM, Kind.ENGINE_START_FAILED,
     Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED, Kind.TRACEBACK, Kind.EXCEPTION, Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED,
     Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS, Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR,
-    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR,
 }
 
 

@@ -334,11 +334,20 @@ SIGNATURES: tuple[Signature, ...] = (
     # An NCCL failure that reports a CUDA OOM is a GPU OOM (matched below), not an NCCL fault.
     _S(Kind.NCCL_ERROR, ("NCCL", "nccl"),
        _R(r"^(?!.*out of memory).*(?:NCCL error|nccl\w*Error|Watchdog caught collective operation timeout|ProcessGroupNCCL.*(?:[Tt]imeout|failed)|NCCL communicator was aborted)")),
+    # A broken install or environment: the server fails, but not for memory.
+    _S(Kind.SETUP_ERROR, ("ImportError", "ModuleNotFoundError", "Cannot re-initialize CUDA",
+                          "Failed to infer device type", "Failed to load the tokenizer", "No CUDA GPUs are available",
+                          "driver version is insufficient"),
+       _R(r"^(?:[\w.]+\.)?(?:ImportError|ModuleNotFoundError)\b|Cannot re-initialize CUDA in forked subprocess"
+          r"|Failed to infer device type|Failed to load the tokenizer|No CUDA GPUs are available"
+          r"|CUDA driver version is insufficient"), lambda m, msg: {"error": m.group(0)}),
     _S(Kind.PROCESS_CRASH, ("Segmentation fault", "SIGSEGV", "stack overflow", "Bus error", "SIGBUS"),
        _R(r"Segmentation fault|SIGSEGV|[Ss]tack overflow|Bus error|SIGBUS"), lambda m, msg: {"signal": m.group(0)}),
     # A process died without saying why: a failure, but not evidence of what failed.
-    _S(Kind.PROCESS_DIED, ("Received sigquit", "Killed", "died unexpectedly", "died with exit code"),
+    _S(Kind.PROCESS_DIED, ("Received sigquit", "Killed", "died unexpectedly", "died with exit code", "Kernel crashed",
+                           "kernel appears to have died"),
        _R(r"Received sigquit from a child process|^Killed$|(?:Engine core|Worker) proc(?:ess)? \S+ died unexpectedly"
+          r"|The Kernel crashed while executing code|The kernel appears to have died"
           r"|Process \S+ \(PID: \d+\) died with exit code"), lambda m, msg: {"signal": m.group(0)}),
     _S(Kind.CHILD_KILLED, ("-9",),
        _R(r"(?P<name>[\w:-]+(?: proc)?\s*\S*) died (?:unexpectedly )?(?:\(exit code: -9\)|with exit code -9)|exitcode=-9|(?P<name2>'[\w]+')\s*:\s*-9\b"),

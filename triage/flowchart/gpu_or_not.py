@@ -18,7 +18,8 @@ from .context import Context
 QUESTION = "Is this a GPU out-of-memory failure?"
 
 # Signals that follow a GPU OOM as its consequences (teardown, peers timing out).
-_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value}
+_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value,
+                 Kind.SETUP_ERROR.value}
 _CONSEQUENCE_XIDS = {13, 31, 43, 45}
 # Informational Xids (a row remap recorded, a high single-bit ECC rate): worth a look, never a crash cause.
 _INFORMATIONAL_XIDS = {63, 92}
@@ -126,6 +127,7 @@ _LABELS = {
     "host_memory_growth": "host process memory (RSS) growth",
     "host_memory_exhausted": "a host (CPU) memory allocation failed",
     "process_crash": "the process crashed (segfault / stack overflow)",
+    "setup_error": "a broken install or environment (import, driver, device, tokenizer)",
     "profiling_error": "GPU memory changed under vLLM's start-up profiling",
 }
 

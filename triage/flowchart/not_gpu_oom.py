@@ -26,6 +26,7 @@ _CAUSE_OF = {
     Kind.CHILD_KILLED.value: ("host_oom", "A worker/engine process was SIGKILLed (-9), the footprint of the host OOM killer", 0.6),
     Kind.HOST_MEMORY_GROWTH.value: ("host_oom", "Host (CPU) memory of the process grows: a host RAM leak", 0.55),
     Kind.HOST_MEMORY_EXHAUSTED.value: ("host_oom", "Host memory exhausted: a CPU-side allocation failed", 0.85),
+    Kind.SETUP_ERROR.value: ("other", "A broken install or environment (import, driver, device or tokenizer), not memory", 0.6),
     Kind.PROCESS_CRASH.value: ("process_crash", "The process crashed (segfault / stack overflow), not out of memory", 0.75),
     Kind.ECC_ERROR.value: ("gpu_hardware_fault", "GPU hardware fault: uncorrectable ECC error", 0.9),
     Kind.GPU_LOST.value: ("gpu_hardware_fault", "GPU hardware fault: the GPU fell off the bus", 0.92),
