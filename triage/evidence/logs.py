@@ -45,6 +45,10 @@ _CHAIN = ("The above exception was the direct cause", "During handling of the ab
 # vLLM's request logging (--enable-log-requests): prompts and outputs, i.e. user text.
 _REQUEST_LOG_MARKERS = (b"Received request", b"Added request", b"Finished request", b"Generated response",
                         b"Aborted request", b"prompt: '", b"prompt_token_ids")
+def is_request_log(raw: bytes) -> bool:
+    return any(marker in raw for marker in _REQUEST_LOG_MARKERS)
+
+
 _NON_SERVING_PATHS = ("/health", "/metrics", "/v1/models", "/ping", "/version", "/load", "/docs", "/openapi.json")
 
 _LIFECYCLE_RESET = {Kind.STARTUP_BEGIN, Kind.ENGINE_VERSION, Kind.WEIGHTS_LOADED}
@@ -151,7 +155,7 @@ class LogScanner:
             return False
         if ACCESS_MARK in raw:
             return self.phase is Phase.SERVING
-        return any(marker in raw for marker in _REQUEST_LOG_MARKERS)
+        return is_request_log(raw)
 
     def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
         log = parse_line(raw, self.ctx.times)
@@ -454,7 +458,7 @@ def _serving_scan(scanner: "LogScanner", buf: bytes, pos: int, end: int, lineno:
             at, at_line = a, lineno
             for raw in buf[a:b].split(b"\n")[:-1]:
                 nxt = at + len(raw) + 1
-                if ACCESS_MARK not in raw and (scanner.tracebacks or not any(m in raw for m in _REQUEST_LOG_MARKERS)):
+                if ACCESS_MARK not in raw and (scanner.tracebacks or not is_request_log(raw)):
                     yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
                     if scanner.phase is not Phase.SERVING or scanner.busy:
                         return nxt, at_line + 1

@@ -14,7 +14,7 @@ from ..model import Cause, Evidence, OomClass
 from ..units import format_bytes
 from .base import Assessment, pct
 from .causes import detect
-from .knowledge import prefix_caching_opted_in
+from .knowledge import has_hit_rate, prefix_caching_opted_in
 from .context import Context
 from .phase import PhaseAnswer
 
@@ -50,11 +50,6 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
         notes.append("requests were preempted for lack of KV-cache space")
         used.append(src)
     return notes, used
-
-
-def _has_hit_rate(ctx: Context) -> bool:
-    return any(s.fields.get("prefix_hit_rate") is not None for s in ctx.ev.of(Kind.STATS)) or any(
-        m.fields.get("name") == "prefix_cache_hit_rate" for m in ctx.ev.of(Kind.METRIC))
 
 
 def quiet_before(ctx: Context, anchor: Evidence | None) -> str | None:
@@ -100,7 +95,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         # A runtime OOM with nothing else is most often a spike; but allocator numbers that
         # neither show fragmentation nor rule it out leave it open.
         confidence = 0.35 if ambiguous else 0.5
-    if not causes and prefix_caching_opted_in(ctx) and not _has_hit_rate(ctx):
+    if not causes and prefix_caching_opted_in(ctx) and not has_hit_rate(ctx):
         confidence -= 0.25    # a cache the operator turned on explains full memory as well as a spike does
         notes.append("prefix caching is on and its hit rate is not in the evidence")
     if phase.phase == "unknown":

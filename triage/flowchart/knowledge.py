@@ -87,6 +87,12 @@ def _condition(ctx, req: str) -> bool:
     return False
 
 
+def has_hit_rate(ctx) -> bool:
+    """Whether the evidence reports a prefix-cache hit rate at all (stats lines or /metrics)."""
+    return any(s.fields.get("prefix_hit_rate") is not None for s in ctx.ev.of(Kind.STATS)) or any(
+        m.fields.get("name") == "prefix_cache_hit_rate" for m in ctx.ev.of(Kind.METRIC))
+
+
 def prefix_caching_opted_in(ctx) -> bool:
     """The operator turned prefix caching on (rather than the engine defaulting to it, as V1 does).
 

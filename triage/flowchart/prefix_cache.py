@@ -15,7 +15,7 @@ from ..model import Cause, Evidence, OomClass
 from .base import Assessment, pct
 from .causes import detect
 from .context import Context
-from .knowledge import prefix_caching_enabled, prefix_caching_opted_in
+from .knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opted_in
 from .phase import PhaseAnswer
 
 CLASS = OomClass.PREFIX_CACHE
@@ -112,8 +112,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     bug = detect(ctx, "known_engine_bug", oom_class=CLASS.value)
     prefix_bug = [c for c in bug if "prefix" in c.title.lower()]
     if low is None and not prefix_bug:
-        known = any(s.fields.get("prefix_hit_rate") is not None for s in ctx.ev.of(Kind.STATS)) or any(
-            m.fields.get("name") == "prefix_cache_hit_rate" for m in ctx.ev.of(Kind.METRIC))
+        known = has_hit_rate(ctx)
         why = "prefix caching is on but its hit rate is not low" if known else \
               "prefix caching is on; the evidence has no hit rate to judge it by"
         attach = [] if known else ["stats lines or /metrics with the prefix-cache hit rate"]
