@@ -16,9 +16,10 @@ REF = TimeReference(datetime(2026, 3, 20, tzinfo=timezone.utc), "test")
 GiB, MiB = 1 << 30, 1 << 20
 
 
-def parse_text(text: str, name: str = "server.log", ref: TimeReference = REF):
+def parse_text(text: str, name: str = "server.log", ref: TimeReference = REF, processes: bool = False):
+    """The records of `text`; the first-sighting server_process records only when asked for."""
     src = InputFile(display=name, path=None, data=text.encode())
-    return list(logs.parse(src, ParseContext(times=ref)))
+    return [e for e in logs.parse(src, ParseContext(times=ref)) if processes or e.kind != "server_process"]
 
 
 @pytest.mark.parametrize("raw, level, file, process, message", [
@@ -108,10 +109,12 @@ def test_traceback_is_grouped_with_frames_and_exception_per_process():
         "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. Of the "
         "allocated memory 75.20 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.",
     ])
-    records = parse_text(text)
+    records = parse_text(text, processes=True)
     kinds = [e.kind for e in records]
-    assert kinds == ["engine_dead", "traceback", "torch_oom"]
-    tb = records[1]
+    assert kinds == ["server_process", "engine_dead", "traceback", "torch_oom"]
+    proc = records[0]
+    assert (proc.fields["pid"], proc.fields["role"], proc.line) == (9, "EngineCore_DP0", 1)
+    tb = records[2]
     assert [f[2] for f in tb.fields["frames"]] == ["run_engine_core", "run_busy_loop"]
     assert tb.fields["exception"] == "OutOfMemoryError" and tb.fields["failure_kinds"] == ["torch_oom"]
     assert tb.line == 2 and tb.time == datetime(2026, 3, 12, 14, 17, 3, tzinfo=timezone.utc)
@@ -164,7 +167,7 @@ def test_stats_lines_v0_v1_and_sglang():
     assert (v0.fields["running"], v0.fields["waiting"], round(v0.fields["kv_usage"], 3)) == (12, 3, 0.974)
     v1 = parse_text("(APIServer pid=1) INFO 11-20 12:00:10 [loggers.py:335] Engine 000: Avg prompt throughput: 1203.4 "
                     "tokens/s, Avg generation throughput: 310.2 tokens/s, Running: 48 reqs, Waiting: 5 reqs, "
-                    "Preemptions: 2, GPU KV cache usage: 99.1%, Prefix cache hit rate: 63.0%")[0]
+                    "Preemptions: 2, GPU KV cache usage: 99.1%, Prefix cache hit rate: 63.0%")[-1]
     assert (v1.fields["preemptions"], round(v1.fields["prefix_hit_rate"], 2)) == (2, 0.63)
     sg = parse_text("[16:43:30 TP0] Prefill batch. #new-seq: 6, #new-token: 8192, #cached-token: 2753, cache hit rate: "
                     "14.16%, token usage: 0.18, #running-req: 4, #queue-req: 34")[0]

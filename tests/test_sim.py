@@ -26,13 +26,11 @@ import pytest
 from triage.api import classify_paths
 from triage.model import OomClass
 
+from .simkit import MODEL, SMALL_CARD, START_S, alive, complete, get, wait_until, words
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32",
                                 reason="the simulator's process tree needs fork")
 
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-# A 24 GiB card with 16 GiB of weights: a 3.6 GiB KV cache (29,488 tokens) that real prompts fill.
-SMALL_CARD = ("--sim-gpu-gib", "24", "--sim-weights-gib", "16", "--max-model-len", "4096")
-START_S = 10.0
 _URL = re.compile(r"Starting vLLM API server \d+ on (http://\S+)")
 
 
@@ -105,34 +103,6 @@ def _wait_health(url: str) -> None:
     pytest.fail("/health never answered 200")
 
 
-def get(url: str, timeout: float = 2.0) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            resp.read()
-            return resp.status
-    except urllib.error.HTTPError as err:
-        return err.code
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0
-
-
-def complete(url: str, prompt: str, max_tokens: int = 4, timeout: float = 10.0) -> int:
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": max_tokens}).encode()
-    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            payload = json.loads(resp.read())
-            assert payload["usage"]["completion_tokens"] == max_tokens
-            return resp.status
-    except urllib.error.HTTPError as err:
-        return err.code
-
-
-def words(n: int, tag: str) -> str:
-    """A prompt of `n` tokens no other prompt shares a block with (the tag leads every block)."""
-    return " ".join(f"{tag}-{i}" for i in range(n))
-
-
 def until_failure(url: str, prompt_of: Callable[[int], str], max_tokens: int, limit: int) -> int:
     """Sequential completions until one fails; the number sent."""
     for i in range(1, limit + 1):
@@ -146,27 +116,6 @@ def until_failure(url: str, prompt_of: Callable[[int], str], max_tokens: int, li
 def classify(sim: Sim):
     verdict, _ = classify_paths([str(sim.log)])
     return verdict
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")     # a zombie nobody reaped yet is gone for our purposes
-
-
-def wait_until(cond: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 # --- the OOM classes -------------------------------------------------------------------------------

@@ -253,16 +253,26 @@ def _upgrade(ctx: Context, oom_class: str) -> list[Recommendation]:
 
 def build_command(ctx: Context, recs: list[Recommendation]) -> str | None:
     """The launch command with only the recommended settings changed."""
-    engine = ctx.engine
-    flags = _FLAGS[engine]
     argv = list(ctx.argv) if ctx.argv else _argv_from_args(ctx)
     if argv is None:
         return None
-    env: list[str] = []
-    version = ctx.version
+    argv, env = apply_changes(argv, recs, ctx.engine, ctx.version, ctx.engine_mode)
+    cmd = " ".join(shlex.quote(a) for a in argv)
+    return " ".join([f"{k}={v}" for k, v in env.items()] + [cmd]) if env else cmd
+
+
+def apply_changes(argv: list[str], recs: list[Recommendation], engine: str = "vllm", version: str | None = None,
+                  engine_mode: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """`argv` with the recommended flags set (nothing else touched), and the environment to add.
+
+    Used on the launch line read from the logs and, by recovery, on the running server's own
+    command line (which may be a wrapper such as `python -m vllm.entrypoints.openai.api_server`)."""
+    flags = _FLAGS.get(engine, _FLAGS["vllm"])
+    argv = list(argv)
+    env: dict[str, str] = {}
     for rec in recs:
         if rec.env:
-            env.append(f"{rec.setting}={rec.to_value}")
+            env[rec.setting] = str(rec.to_value)
             continue
         if rec.setting == "engine_version" or rec.to_value is None:
             continue
@@ -270,14 +280,13 @@ def build_command(ctx: Context, recs: list[Recommendation]) -> str | None:
         if flag is None:
             continue
         if rec.setting == "enable_prefix_caching":
-            argv = _toggle_prefix_caching(argv, engine, version, ctx, bool(rec.to_value))
+            argv = _toggle_prefix_caching(argv, engine, version, engine_mode, bool(rec.to_value))
             continue
         if rec.setting == "enforce_eager" or rec.setting == "enable_chunked_prefill":
             argv = _set_bool(argv, flag, bool(rec.to_value))
             continue
         argv = _set_flag(argv, flag, _fmt(rec.to_value))
-    cmd = " ".join(shlex.quote(a) for a in argv)
-    return " ".join(env + [cmd]) if env else cmd
+    return argv, env
 
 
 def _argv_from_args(ctx: Context) -> list[str] | None:
@@ -304,12 +313,13 @@ def _argv_from_args(ctx: Context) -> list[str] | None:
     return argv
 
 
-def _toggle_prefix_caching(argv: list[str], engine: str, version: str | None, ctx: Context, on: bool) -> list[str]:
+def _toggle_prefix_caching(argv: list[str], engine: str, version: str | None, engine_mode: str | None,
+                           on: bool) -> list[str]:
     argv = [a for a in argv if a not in ("--enable-prefix-caching", "--no-enable-prefix-caching", "--disable-radix-cache")]
     if engine == "sglang":
         return argv if on else argv + ["--disable-radix-cache"]
     # vLLM <= 0.7: a store_true flag, off unless given. >= 0.8: BooleanOptionalAction, V1 defaults it on.
-    old = version is not None and version_tuple(version) < (0, 8, 0) or (version is None and ctx.engine_mode == "v0")
+    old = version is not None and version_tuple(version) < (0, 8, 0) or (version is None and engine_mode == "v0")
     if on:
         return argv + ["--enable-prefix-caching"]
     return argv if old else argv + ["--no-enable-prefix-caching"]

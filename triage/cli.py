@@ -130,36 +130,73 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("incident", type=click.Path(exists=True))
+@click.argument("incident", type=click.Path(exists=True, file_okay=False))
 @click.option("--runbook", "runbook_name", metavar="NAME", help="Use this runbook instead of the verdict's.")
 @click.option("--runbook-dir", "runbook_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also load runbooks from DIR.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str], as_json: bool) -> None:
-    """Show the recovery plan for INCIDENT: every step, PID, command, flag change and timeout.
+@click.option("--param", "params", multiple=True, metavar="STEP.KEY=VALUE",
+              help="Override a step's parameter or timeout_s (e.g. steady.window_s=30).")
+@click.option("--execute", is_flag=True, help="Carry the plan out (default: print it and change nothing).")
+@click.option("--yes", is_flag=True, help="With --execute: do not ask before each step.")
+@click.option("--pid", "pids", multiple=True, type=click.IntRange(min=2), metavar="PID",
+              help="A PID of the server (confirmed against its command line like the ones in the evidence).")
+@click.option("--url", metavar="URL", help="The server's base URL (default: from its start-up log line).")
+@click.option("--launch-command", metavar="CMD",
+              help="The command the server was started with, when it is not running and the logs lack it.")
+@click.option("--driver", type=click.Choice(["process", "systemctl", "kubectl"]),
+              help="How to relaunch (default: the runbook's).")
+@click.option("--unit", metavar="NAME", help="systemd unit (systemctl driver).")
+@click.option("--deployment", metavar="NS/NAME", help="Kubernetes deployment (kubectl driver).")
+@click.option("--allow-gpu-reset", is_flag=True, help="Permit nvidia-smi --gpu-reset on an idle GPU.")
+@click.option("--force", is_flag=True, help="Act even if the server answers a real completion again.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan (or the run report) as JSON.")
+def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str], params: Sequence[str],
+            execute: bool, yes: bool, pids: Sequence[int], url: str | None, launch_command: str | None,
+            driver: str | None, unit: str | None, deployment: str | None, allow_gpu_reset: bool, force: bool,
+            as_json: bool) -> None:
+    """Recover INCIDENT with its runbook: a dry-run plan, or --execute it step by step.
 
-    This is a dry run: nothing is signalled, restarted or written.
+    Without --execute nothing is signalled, restarted or written. With it, every step is
+    confirmed (or --yes), time-boxed and recorded in INCIDENT/actions.jsonl; a re-run resumes
+    after the last completed step.
     """
-    from pathlib import Path
+    from .recovery.session import open_session
 
-    from .api import classify_paths
-    from .recovery.plan import build_plan
-    from .recovery.runbooks import load_runbooks, select
+    session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
+                           pids=pids, url=url, launch_command=launch_command, driver=driver)
+    if not execute:
+        if as_json:
+            from .recovery.plan import plan_json
 
-    verdict, evidence = classify_paths([incident])
-    name = runbook_name or verdict.runbook
-    if not name:
-        raise NoRunbook(f"{incident}: the verdict is {verdict.oom_class.value}; choose a runbook with --runbook "
-                        "(triage runbooks lists them)")
-    plan = build_plan(verdict, evidence, select(load_runbooks([Path(d) for d in runbook_dirs]), name))
+            click.echo(json.dumps(plan_json(session.plan), indent=2))
+        else:
+            from .console import render_plan
+
+            render_plan(session.plan)
+        return
+    if yes is False and not sys.stdin.isatty():
+        raise TriageError("--execute needs a terminal to confirm each step, or --yes")
+    from .console import RecoverConsole
+    from .recovery.context import ExecOptions
+    from .recovery.session import execute as run_plan
+
+    view = RecoverConsole(quiet=as_json)
+    options = ExecOptions(yes=yes, allow_gpu_reset=allow_gpu_reset, driver=driver, unit=unit, deployment=deployment,
+                          force=force, confirm=lambda q: click.confirm(q, default=False, err=True), say=view.say)
+    view.header(session.plan)
+    try:
+        report = run_plan(session, options, show_step=view.step, show_result=view.result)
+    except KeyboardInterrupt:
+        view.say("interrupted: the step in progress is recorded as interrupted in actions.jsonl; "
+                 "re-run to resume after the last completed step")
+        sys.exit(int(ExitCode.BAD_INPUT))
+    view.report(report)
     if as_json:
-        from .recovery.plan import plan_json
+        from .recovery.executor import report_json
 
-        click.echo(json.dumps(plan_json(plan), indent=2))
-    else:
-        from .console import render_plan
-
-        render_plan(plan)
+        click.echo(json.dumps(report_json(report), indent=2))
+    if not report.ok:
+        sys.exit(int(ExitCode.BAD_INPUT))
 
 
 @main.group()
@@ -180,10 +217,6 @@ def audit_verify(incident: str) -> None:
     for problem in report.problems:
         click.echo(f"triage: {problem}", err=True)
     sys.exit(int(ExitCode.BAD_INPUT))
-
-
-class NoRunbook(TriageError):
-    exit_code = ExitCode.UNKNOWN
 
 
 def _register_sim() -> None:

@@ -158,3 +158,54 @@ def render_eval(report, *, verbose: bool = False, console: Console | None = None
 
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:.1f}%"
+
+
+class RecoverConsole:
+    """Progress of `triage recover --execute` on stderr; the closing summary on stdout."""
+
+    _STYLE = {"ok": "green", "skipped": "yellow", "failed": "red", "timeout": "red", "aborted": "red",
+              "not run": "yellow"}
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.err = Console(stderr=True, highlight=False)
+        self.out = Console(highlight=False)
+        self.quiet = quiet
+        self.total = 0
+
+    def say(self, line: str) -> None:
+        self.err.print(Text(line))
+
+    def header(self, plan) -> None:
+        v = plan.verdict
+        self.total = len(plan.steps)
+        self.err.print(Panel(Text.assemble((f" {v.oom_class.value.upper()} ", "bold black on white"),
+                                           f"  {v.confidence:.2f}  ", v.summary),
+                             title=f"recovery: runbook {plan.runbook.id} (EXECUTING)"))
+        for note in plan.notes:
+            self.say(f"note: {note}")
+
+    def step(self, ps) -> None:
+        s = ps.step
+        self.err.print(Text.assemble((f"\n[{ps.number}/{self.total}] {s.title}", "bold"),
+                                     f"  [{s.action}, timeout {s.timeout_s:.0f} s, on failure: {s.on_failure}]"))
+        for line in ps.details:
+            self.err.print(Text("     " + line, style="dim"))
+
+    def result(self, r) -> None:
+        style = self._STYLE.get(r.result, "white")
+        self.err.print(Text.assemble(("  -> ", ""), (r.result.upper(), f"bold {style}")))
+        for line in r.lines:
+            self.err.print(Text("     " + line))
+        if r.by_hand and r.result not in ("ok", "skipped"):
+            self.err.print(Text("     by hand: " + r.by_hand, style="bold"))
+
+    def report(self, report) -> None:
+        if self.quiet:
+            return
+        done = ", ".join(f"{s.step_id} {s.result}" for s in report.steps) or "no step run"
+        style = "green" if report.ok else "red"
+        self.out.print(Text.assemble(("recovery " + report.result.upper(), f"bold {style}"),
+                                     f"  run {report.run_id}, runbook {report.runbook}: {done}"))
+        if not report.ok:
+            self.out.print(Text("re-run the same command to resume after the last completed step; "
+                                "`triage audit verify INCIDENT` checks the trail", style="dim"))

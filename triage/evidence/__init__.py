@@ -106,10 +106,16 @@ def expand(paths: Sequence[str], stdin_data: bytes | None = None,
     return inputs, bundle
 
 
+# Sub-directories of a bundle written after the failure: the servers recovery relaunched log
+# there, and what happened after the incident must not change its diagnosis.
+_NOT_EVIDENCE_DIRS = {"recovery"}
+
+
 def _walk(root: Path) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        top = Path(dirpath) == root
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (top and d in _NOT_EVIDENCE_DIRS))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if not name.startswith(".") and path.is_file():   # no FIFOs or sockets inside a bundle
@@ -191,11 +197,15 @@ def scrape(url: str, timeout: float = 10.0) -> InputFile:
 
 
 def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | None = None,
-                  stdin_data: bytes | None = None, progress=None, extra: Sequence[InputFile] = ()) -> EvidenceSet:
-    """Parse every input into one EvidenceSet (records in order of appearance)."""
+                  stdin_data: bytes | None = None, progress=None, extra: Sequence[InputFile] = (),
+                  require: bool = True) -> EvidenceSet:
+    """Parse every input into one EvidenceSet (records in order of appearance).
+
+    `require=False` returns an empty set instead of failing when no input holds evidence (a
+    timeline can still be built from an incident's notes and recovery log)."""
     spooled: list[str] = []
     try:
-        return _load(paths, year, tz, stdin_data, progress, spooled, extra)
+        return _load(paths, year, tz, stdin_data, progress, spooled, extra, require)
     finally:
         for path in spooled:   # nothing is left behind
             try:
@@ -204,7 +214,8 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
                 pass
 
 
-def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequence[InputFile]) -> EvidenceSet:
+def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequence[InputFile],
+          require: bool = True) -> EvidenceSet:
     inputs, bundle = expand(paths, stdin_data, spooled)
     inputs += list(extra)
     times = time_reference(bundle, year, tz)
@@ -248,7 +259,7 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
         note = src_times.note() if mod.NAME == "log" else None
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
     result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
-    if used == 0:
+    if used == 0 and require:
         where = ", ".join(paths) or ", ".join(i.display for i in inputs)
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
                               "memory_stats JSON, dmesg, kubectl pod JSON or Alertmanager payloads)")

@@ -57,6 +57,7 @@ class Kind(str, Enum):
     # --- readings ------------------------------------------------------------------------
     GPU_MEMORY = "gpu_memory"                  # per-GPU used/total (nvidia-smi, NVML, DCGM)
     GPU_PROCESS = "gpu_process"                # a process holding GPU memory
+    SERVER_PROCESS = "server_process"          # a server process named in a log prefix (role, pid)
     METRIC = "metric"                          # a /metrics sample: name (concept), value, labels
     MEMORY_STATS = "memory_stats"              # torch.cuda.memory_stats / memory_summary numbers
     POD_STATUS = "pod_status"                  # Kubernetes container state

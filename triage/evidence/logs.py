@@ -24,6 +24,7 @@ NAME = "log"
 
 BLOCK = 8 * 1024 * 1024
 MAX_FRAMES = 80
+MAX_PIDS = 256                  # distinct server PIDs reported per log (a fleet log may interleave many)
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _CARET = re.compile(r"^\s*[\^~]+\s*$")
@@ -138,6 +139,7 @@ class LogScanner:
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
         self.stats = _StatsWindow()
+        self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
 
     # -- public -------------------------------------------------------------------------------
     @property
@@ -164,6 +166,8 @@ class LogScanner:
             if self.lifecycle_start is None:
                 self.lifecycle_start = log.time
         msg = log.message
+        if log.pid is not None and log.pid not in self.pids and len(self.pids) < MAX_PIDS:
+            yield self._server_process(lineno, log)
         stripped = msg.strip()
         if self.summary is not None or "PyTorch CUDA memory summary" in msg:
             if (yield from self._summary_line(lineno, log, raw.rstrip())):
@@ -253,6 +257,17 @@ class LogScanner:
                 yield from self._close_traceback(key, None, None, None)
 
     # -- internals ----------------------------------------------------------------------------
+    def _server_process(self, lineno: int, log: LogLine) -> Evidence:
+        """The first line a server process wrote: its PID, role and a time it was already alive.
+
+        Recovery confirms a PID against this before signalling it: a process that started after
+        this line was written cannot be the one that wrote it (the PID was reused)."""
+        assert log.pid is not None
+        self.pids.add(log.pid)
+        role = log.process or "process"
+        fields = {"pid": log.pid, "role": role, "rank": log.rank}
+        return self._record(lineno, log.time, Kind.SERVER_PROCESS, f"{role} pid={log.pid}", fields)
+
     def _summary_line(self, lineno: int, log: LogLine, msg: str) -> Iterator[Evidence]:
         """Collect a memory_summary() table (about 40 '|' lines); True while the line was part of it."""
         if self.summary is None:

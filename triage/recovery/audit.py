@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -218,6 +219,7 @@ class StepHandle:
     start: dict[str, Any]
     result: str | None = None             # None at the end means "ok"
     output: str = ""
+    data: dict[str, Any] = field(default_factory=dict)   # facts for the end record (pid launched, url...)
 
 
 class AuditLog:
@@ -295,9 +297,10 @@ class AuditLog:
             output = handle.output
             if error is not None:
                 output = f"{output}\n{type(error).__name__}: {error}".lstrip("\n")
+            data = {"data": handle.data} if handle.data else {}
             self.append({"step": step, "action": action, "phase": "end", "result": result,
                          "args": start["args"], "output_tail": output,
-                         "duration_s": round(self.monotonic() - began, 3), **extra})
+                         "duration_s": round(self.monotonic() - began, 3), **data, **extra})
 
         try:
             yield handle
@@ -313,6 +316,14 @@ class AuditLog:
         end(handle.result or "ok")
 
     def _write(self, body: dict[str, Any]) -> dict[str, Any]:
+        # Ctrl-C (or SIGTERM) waits until the record is on disk: a record is written whole or not at all.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            return self._write_unmasked(body)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def _write_unmasked(self, body: dict[str, Any]) -> dict[str, Any]:
         if not self.path.parent.is_dir():
             raise BadInput(str(self.path.parent), "incident directory does not exist")
         fd, created = self._open()

@@ -154,7 +154,13 @@ class Holder:
 # -- the lock -----------------------------------------------------------------------------------
 
 def default_lock_path() -> Path:
-    """/run/lock if writable, else $XDG_RUNTIME_DIR, else a per-user file in /tmp."""
+    """$TRIAGE_LOCK_FILE if set, else /run/lock if writable, else $XDG_RUNTIME_DIR, else /tmp (per user).
+
+    Every recovery on one host must agree on the path; set TRIAGE_LOCK_FILE the same way for all
+    of them when containers do not share /run/lock."""
+    override = os.environ.get("TRIAGE_LOCK_FILE")
+    if override:
+        return Path(override)
     for directory in ("/run/lock", os.environ.get("XDG_RUNTIME_DIR") or ""):
         if directory and os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK):
             path = Path(directory) / LOCK_NAME

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..evidence.kinds import Kind
 from ..model import EvidenceSet, Verdict
 from .runbooks import Runbook, RunbookStep
+
+if TYPE_CHECKING:
+    from .prepare import Prepared
 
 _URL = re.compile(r"https?://[\w.\-\[\]:]+")
 
@@ -23,7 +26,8 @@ _URL = re.compile(r"https?://[\w.\-\[\]:]+")
 class PidCandidate:
     pid: int
     role: str            # "APIServer", "EngineCore_DP0", "VLLM::Worker_TP0", ...
-    source: str          # where it was seen (source:line)
+    source: str          # where it was seen (source:line) or how it was confirmed
+    status: str = "named in the evidence"   # confirmed | refused: why | not running
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,33 @@ class Plan:
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)
     pids: list[PidCandidate] = field(default_factory=list)
     server_url: str | None = None
+    launch_source: str | None = None
+    notes: list[str] = field(default_factory=list)
+    driver: str | None = None            # --driver: overrides the runbook's restart driver
 
 
-def build_plan(verdict: Verdict, evidence: EvidenceSet, runbook: Runbook) -> Plan:
-    plan = Plan(runbook=runbook, verdict=verdict)
-    plan.server_url = server_url(evidence)
-    plan.pids = pid_candidates(evidence)
-    plan.current_argv = list(verdict.facts.get("argv") or []) or None
-    plan.new_argv, plan.env = _new_launch(verdict)
+def build_plan(verdict: Verdict, evidence: EvidenceSet, runbook: Runbook, prepared: "Prepared | None" = None,
+               driver: str | None = None) -> Plan:
+    """The runbook made concrete. With `prepared` (live /proc reads) the PIDs are the confirmed
+    ones and the launch line is the running server's own; without it, what the evidence says."""
+    plan = Plan(runbook=runbook, verdict=verdict, driver=driver)
     plan.diff = [(r.setting, r.from_value, r.to_value) for r in verdict.recommendations if r.to_value is not None]
+    if prepared is None:
+        plan.server_url = server_url(evidence)
+        plan.pids = pid_candidates(evidence)
+        plan.current_argv = list(verdict.facts.get("argv") or []) or None
+        plan.new_argv, plan.env = _new_launch(verdict)
+    else:
+        plan.server_url = prepared.url
+        ident = prepared.identification
+        plan.pids = [PidCandidate(p.info.pid, p.role, p.why, "confirmed") for p in ident.processes]
+        plan.pids += [PidCandidate(r.pid, r.role, r.source, f"refused: {r.reason}") for r in ident.refused]
+        plan.pids += [PidCandidate(c.pid, c.role, c.source, "not running") for c in ident.gone]
+        if prepared.launch:
+            plan.current_argv = prepared.launch.old_argv
+            plan.new_argv, plan.env = prepared.launch.argv, dict(prepared.launch.env)
+            plan.launch_source = prepared.launch.source
+        plan.notes = list(prepared.notes)
     for number, step in enumerate(runbook.steps, 1):
         plan.steps.append(PlannedStep(number, step, tuple(_details(step, plan))))
     return plan
@@ -70,10 +92,11 @@ def server_url(evidence: EvidenceSet) -> str | None:
 def pid_candidates(evidence: EvidenceSet) -> list[PidCandidate]:
     """PIDs the evidence names for the server's processes, to be confirmed before any signal."""
     seen: dict[int, PidCandidate] = {}
-    for rec in evidence.of(Kind.GPU_PROCESS):
+    for rec in evidence.of(Kind.GPU_PROCESS, Kind.SERVER_PROCESS):
         pid = rec.fields.get("pid")
         if isinstance(pid, int) and pid not in seen:
-            seen[pid] = PidCandidate(pid, str(rec.fields.get("name") or "GPU process"), rec.where)
+            role = rec.fields.get("role") or rec.fields.get("name") or "GPU process"
+            seen[pid] = PidCandidate(pid, str(role), rec.where)
     return list(seen.values())
 
 
@@ -95,9 +118,13 @@ def _details(step: RunbookStep, plan: Plan) -> list[str]:
         return [f"poll {url}/metrics every {p.get('poll_s', 2)} s until vllm:num_requests_running is 0 "
                 f"(at most {p.get('max_wait_s', 120)} s; a dead engine counts as drained)"]
     if step.action == "stop_server":
-        who = ", ".join(f"{c.pid} ({c.role}, {c.source})" for c in plan.pids) or \
-            "none named in the evidence: found at execution through NVML (processes on the server's GPU)"
-        return [f"PIDs: {who}",
+        confirmed = [c for c in plan.pids if c.status == "confirmed"]
+        others = [c for c in plan.pids if c.status != "confirmed"]
+        lines = [f"signal: {c.pid} {c.role} ({c.source})" for c in confirmed]
+        lines += [f"leave:  {c.pid} {c.role} ({c.source}): {c.status}" for c in others]
+        if not plan.pids:
+            lines = ["PIDs: none named in the evidence (give --pid; only confirmed PIDs are ever signalled)"]
+        return [*lines,
                 "before any signal: re-read each PID's command line and start time; a mismatch aborts (PID reuse)",
                 f"SIGTERM the whole process tree (API server, engine core, workers), wait {p.get('grace_s', 30)} s, "
                 "then SIGKILL what is left",
@@ -110,8 +137,10 @@ def _details(step: RunbookStep, plan: Plan) -> list[str]:
     if step.action in ("restart", "rollback"):
         return _restart_details(step, plan)
     if step.action == "wait_healthy":
-        return [f"GET {url}/health, {p.get('retries', 60)} tries, backoff {p.get('backoff_s', 2)} s",
-                f"then POST {url}/v1/completions with max_tokens=1; it must answer within "
+        where = f"{url} (or the URL a relaunch announces in its log)" if plan.server_url else \
+            "the URL the relaunch announces in its log (or --url)"
+        return [f"GET /health at {where}, {p.get('retries', 60)} tries, backoff {p.get('backoff_s', 2)} s, growing",
+                f"then POST /v1/completions with max_tokens=1; it must answer within "
                 f"{p.get('completion_deadline_s', 60)} s (a /health 200 alone does not prove the engine serves)"]
     if step.action == "verify":
         return [f"for {p.get('window_s', 60)} s: vllm KV-cache usage <= {p.get('max_kv_usage', 0.95):.0%}, "
@@ -122,11 +151,13 @@ def _details(step: RunbookStep, plan: Plan) -> list[str]:
 
 
 def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
-    driver = step.params.get("driver", "process")
+    driver = plan.driver or step.params.get("driver", "process")
     out = [f"driver: {driver}"]
     if step.action == "rollback":
         return out + ["relaunch with the last known-good launch arguments recorded in actions.jsonl"]
     env = {**plan.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
+    if plan.launch_source:
+        out.append(f"from:    {plan.launch_source}")
     if plan.current_argv:
         out.append("current: " + shlex.join(plan.current_argv))
     if plan.new_argv:
@@ -137,7 +168,12 @@ def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
         out.append(f"change:  {setting}: {old} -> {new}")
     for key, value in env.items():
         out.append(f"env:     {key}={value}")
-    out.append("output:  INCIDENT/logs/restart-<UTC time>.log")
+    if driver == "process":
+        out.append("output:  INCIDENT/recovery/relaunch-<UTC time>.log; new session, PID and start time recorded")
+    elif driver == "systemctl":
+        out.append("drop-in ExecStart/Environment beside the unit (--unit), daemon-reload, restart, is-active")
+    else:
+        out.append("kubectl set env / patch container args (read live) / rollout status on --deployment NS/NAME")
     return out
 
 
@@ -149,7 +185,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "verdict": {"class": plan.verdict.oom_class.value, "confidence": plan.verdict.confidence,
                     "summary": plan.verdict.summary},
         "server_url": plan.server_url,
-        "pids": [{"pid": c.pid, "role": c.role, "source": c.source} for c in plan.pids],
+        "pids": [{"pid": c.pid, "role": c.role, "source": c.source, "status": c.status} for c in plan.pids],
+        "launch_source": plan.launch_source,
+        "notes": plan.notes,
         "current_argv": plan.current_argv,
         "new_argv": plan.new_argv,
         "env": plan.env,

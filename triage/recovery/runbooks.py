@@ -146,6 +146,36 @@ def select(books: Mapping[str, Runbook], name: str) -> Runbook:
     raise RunbookError(f"no runbook for {name!r} (have: {', '.join(sorted(books)) or 'none'})")
 
 
+def with_overrides(book: Runbook, overrides: Iterable[str]) -> Runbook:
+    """`book` with `STEP.KEY=VALUE` overrides (a parameter or timeout_s), validated like the file.
+
+    VALUE is read as YAML (`3`, `0.5`, `true`, `{A: b}`), so types are checked as strictly as in
+    a runbook file; an unknown step or key is an error naming it."""
+    import yaml
+
+    raw = {"id": book.id, "title": book.title, "applies_to": list(book.applies_to), "summary": book.summary,
+           "steps": [{"id": s.id, "title": s.title, "action": s.action, "params": dict(s.params),
+                      "timeout_s": s.timeout_s, "on_failure": s.on_failure, "verify": s.verify} for s in book.steps]}
+    for item in overrides:
+        target, sep, text = item.partition("=")
+        step_id, dot, key = target.partition(".")
+        if not sep or not dot or not key:
+            raise RunbookError(f"--param {item!r}: expected STEP.KEY=VALUE (e.g. steady.window_s=10)")
+        step = next((s for s in raw["steps"] if s["id"] == step_id), None)
+        if step is None:
+            raise RunbookError(f"--param {item!r}: runbook {book.id} has no step {step_id!r} "
+                               f"(steps: {', '.join(s['id'] for s in raw['steps'])})")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        if key in ("timeout_s", "on_failure"):
+            step[key] = value
+        else:
+            step["params"][key] = value
+    return parse_runbook(raw, f"{book.source} with --param")
+
+
 class _Where:
     def __init__(self, source: str):
         self.source = source

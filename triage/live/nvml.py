@@ -1,0 +1,84 @@
+"""Live GPU readings through NVML (nvidia-ml-py), degrading to a plain note without a driver.
+
+Every function returns data or a `NoNvml` saying why it could not read: recovery then reports
+"not checked: no NVIDIA driver" instead of failing or, worse, assuming the GPU is free.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class NoNvml:
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    index: int
+    name: str
+    uuid: str
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    pids: tuple[int, ...] = field(default_factory=tuple)   # compute + graphics processes on it
+
+    @property
+    def used_share(self) -> float:
+        return self.used_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def free_share(self) -> float:
+        return self.free_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def read_gpus() -> list[GpuReading] | NoNvml:
+    """Every GPU's memory and processes, or why NVML could not be read."""
+    try:
+        import pynvml
+    except ImportError:
+        return NoNvml("nvidia-ml-py is not installed: GPU memory not checked")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return NoNvml(f"no NVIDIA driver ({_nvml_error(exc)}): GPU memory not checked")
+    try:
+        return [_reading(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
+    except Exception as exc:
+        return NoNvml(f"NVML failed: {_nvml_error(exc)}: GPU memory not checked")
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _reading(pynvml: Any, index: int) -> GpuReading:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+    pids: list[int] = []
+    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            pids += [int(p.pid) for p in getattr(pynvml, getter)(handle)]
+        except Exception:
+            pass
+    name = pynvml.nvmlDeviceGetName(handle)
+    uuid = pynvml.nvmlDeviceGetUUID(handle)
+    return GpuReading(index, name.decode() if isinstance(name, bytes) else str(name),
+                      uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                      int(mem.total), int(mem.used), int(mem.free), tuple(sorted(set(pids))))
+
+
+def _nvml_error(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:120]
+
+
+def describe(reading: GpuReading) -> str:
+    gib = 1024 ** 3
+    return (f"GPU {reading.index} {reading.name}: {reading.used_bytes / gib:.1f} of {reading.total_bytes / gib:.1f} GiB "
+            f"used ({reading.used_share:.0%}), processes {list(reading.pids) or 'none'}")

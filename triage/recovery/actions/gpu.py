@@ -1,0 +1,62 @@
+"""`check_gpu_free` and `gpu_reset`, through NVML.
+
+A reset is the last resort: it needs --allow-gpu-reset, NVML must be readable, and NVML must
+list no process on that GPU — a reset under a live process takes down whatever it was running.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from ...live.nvml import GpuReading, NoNvml, describe, read_gpus
+from ..context import Deadline, Outcome, RunContext, failed, ok, skipped
+from ..runbooks import RunbookStep
+
+
+def check_free(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+    need = float(step.params.get("min_free_share", 0.9))
+    while True:
+        gpus = read_gpus()
+        if isinstance(gpus, NoNvml):
+            return skipped(f"{gpus}; check `nvidia-smi` by hand before the relaunch")
+        gpus = _server_gpus(gpus, ctx)
+        busy = [g for g in gpus if g.pids or g.free_share < need]
+        if not busy:
+            return ok(*(describe(g) for g in gpus), gpus=[g.index for g in gpus])
+        if deadline.left() < 2:
+            return failed("find the processes with `nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                          "--format=csv` and stop them (they are not this server's, so triage will not)",
+                          *(describe(g) for g in busy), f"need {need:.0%} free and no process")
+        deadline.sleep(2)
+
+
+def reset(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+    if not ctx.options.allow_gpu_reset:
+        return skipped("not asked for: a GPU reset runs only with --allow-gpu-reset")
+    gpus = read_gpus()
+    if isinstance(gpus, NoNvml):
+        return failed("reset by hand once you have checked no process uses the GPU",
+                      f"{gpus}: cannot prove that no process uses the GPU, so no reset")
+    lines = []
+    for gpu in _server_gpus(gpus, ctx):
+        if gpu.pids:
+            return failed("stop those processes first", *lines, f"GPU {gpu.index} is in use by {list(gpu.pids)}: no reset")
+        argv = ["nvidia-smi", "--gpu-reset", "-i", str(gpu.index)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=max(1.0, deadline.left()))
+        except FileNotFoundError:
+            return failed("install nvidia-smi or reset from the host", *lines, "nvidia-smi not found")
+        lines.append(f"{' '.join(argv)} -> exit {done.returncode}: {(done.stdout + done.stderr).strip()[-300:]}")
+        if done.returncode != 0:
+            return failed("a reset needs root and an idle GPU; otherwise drain the node and reboot it", *lines)
+    return ok(*lines)
+
+
+def _server_gpus(gpus: list[GpuReading], ctx: RunContext) -> list[GpuReading]:
+    """The GPUs the server was given (its CUDA_VISIBLE_DEVICES, by index or UUID), else all of them."""
+    env = (ctx.launch.base_env if ctx.launch else None) or os.environ
+    visible = [v.strip() for v in str(env.get("CUDA_VISIBLE_DEVICES", "")).split(",") if v.strip()]
+    if not visible:
+        return gpus
+    chosen = [g for g in gpus if str(g.index) in visible or g.uuid in visible]
+    return chosen or gpus

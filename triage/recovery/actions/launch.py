@@ -1,0 +1,226 @@
+"""`restart` and `rollback`: start the server again, through one of three drivers.
+
+* process   — the command line as an argv list (never a shell string), in a new session so it
+              outlives this tool, output appended to INCIDENT/recovery/relaunch-<UTC>.log, and its
+              PID + start time recorded so a later run can identify exactly this process.
+* systemctl — a drop-in (ExecStart / Environment) beside the unit, daemon-reload, restart.
+* kubectl   — `kubectl set env`, a JSON patch of the container args read live from the
+              deployment (changed only where the verdict says), then `rollout status`.
+
+The step succeeds when the server announces its URL (or the known URL answers /health) and
+fails as soon as the new process exits, with the tail of its log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ...advice import apply_changes
+from ...live.server import health
+from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok
+from ..procs import read_proc
+from ..runbooks import RunbookStep
+
+SERVING_URL = re.compile(r"(?:Starting vLLM API server(?: \d+)? on|Uvicorn running on) (https?://[\w.\-\[\]:]+)")
+RELAUNCH_DIR = "recovery"
+SYSTEMD_DIR_ENV = "TRIAGE_SYSTEMD_DIR"     # where drop-ins go (default /etc/systemd/system)
+DROPIN_NAME = "50-triage-recovery.conf"
+_KEEP: list[subprocess.Popen] = []          # relaunched servers outlive this tool; keep the handles quiet
+
+
+def restart(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+    spec = ctx.launch
+    if spec is None:
+        return failed("give the launch command with --launch-command '…' (or `launch: {argv: […]}` in "
+                      "incident.yaml) and re-run", "no launch command: the server is not running and the evidence "
+                      "has no command line")
+    env = {**spec.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
+    return _drive(step, ctx, deadline, spec, env)
+
+
+def rollback(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+    if not ctx.known_good:
+        return failed("relaunch by hand with the command that last served",
+                      "no known-good launch: actions.jsonl has no launch that passed a health check, and the "
+                      "original command never served")
+    base = ctx.launch
+    spec = LaunchSpec(argv=list(ctx.known_good), env={}, cwd=base.cwd if base else None,
+                      base_env=base.base_env if base else None, source="the last launch that served (actions.jsonl)",
+                      old_argv=base.argv if base else None)
+    return _drive(step, ctx, deadline, spec, {})
+
+
+def _drive(step: RunbookStep, ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
+    driver = ctx.options.driver or str(step.params.get("driver", "process"))
+    if driver == "systemctl":
+        return _systemctl(ctx, deadline, spec, env)
+    if driver == "kubectl":
+        return _kubectl(ctx, deadline, spec, env)
+    return _process(ctx, deadline, spec, env)
+
+
+# -- process ------------------------------------------------------------------------------------
+
+def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    log_dir = ctx.incident / RELAUNCH_DIR
+    log_dir.mkdir(exist_ok=True)
+    log_path = log_dir / f"relaunch-{stamp}.log"
+    full_env = {**(spec.base_env if spec.base_env is not None else os.environ), **env}
+    cwd = spec.cwd if spec.cwd and os.path.isdir(spec.cwd) else None
+    lines = [f"argv: {shlex.join(spec.argv)}", *(f"env: {k}={v}" for k, v in env.items()),
+             f"log: {log_path.relative_to(ctx.incident)}"]
+    with open(log_path, "ab") as out:
+        try:
+            proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    cwd=cwd, env=full_env, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            return failed("check the command (is the program on PATH for this user?)", *lines,
+                          f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}")
+    _KEEP.append(proc)
+    info = read_proc(proc.pid)
+    launched: dict[str, Any] = {"pid": proc.pid, "start_ticks": info.start_ticks if info else None,
+                                "argv": spec.argv, "env": sorted(env), "log": str(log_path.relative_to(ctx.incident)),
+                                "driver": "process"}
+    ctx.launched.append(launched)
+    lines.append(f"started pid {proc.pid} in its own session")
+    while True:
+        code = proc.poll()
+        if code is not None:
+            return failed("read the relaunch log; fix the flags or roll back (runbook rollback)", *lines,
+                          f"the new server exited with code {code} during start-up:", _tail(log_path),
+                          launched=launched)
+        url = _announced_url(log_path)
+        if url:
+            ctx.url = url
+            return ok(*lines, f"serving at {url} (from the relaunch log)", launched=launched, url=url)
+        if ctx.url and health(ctx.url, 1.0).ok:
+            return ok(*lines, f"{ctx.url}/health answers 200", launched=launched, url=ctx.url)
+        if deadline.left() < 0.3:
+            return failed("the server is still starting or stuck: read the relaunch log; it was left running",
+                          *lines, "no 'Starting vLLM API server' line before the step timeout", _tail(log_path),
+                          launched=launched)
+        deadline.sleep(0.2)
+
+
+def _announced_url(log_path: Path) -> str | None:
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = SERVING_URL.findall(text)
+    return found[-1].replace("0.0.0.0", "127.0.0.1") if found else None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+# -- systemctl ----------------------------------------------------------------------------------
+
+def systemd_dropin(unit: str) -> Path:
+    return Path(os.environ.get(SYSTEMD_DIR_ENV, "/etc/systemd/system")) / f"{unit}.d" / DROPIN_NAME
+
+
+def dropin_text(spec: LaunchSpec, env: dict[str, str]) -> str:
+    out = ["# written by triage recover: the verdict's launch changes; delete to undo", "[Service]"]
+    out += [f'Environment="{k}={v}"' for k, v in env.items()]
+    out += ["ExecStart=", "ExecStart=" + shlex.join(spec.argv)]
+    return "\n".join(out) + "\n"
+
+
+def _systemctl(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
+    unit = ctx.options.unit
+    if not unit:
+        return failed("give the unit with --unit NAME", "the systemctl driver needs the unit name")
+    dropin = systemd_dropin(unit)
+    lines = [f"drop-in: {dropin}"]
+    try:
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dropin.with_suffix(".tmp")
+        tmp.write_text(dropin_text(spec, env), encoding="utf-8")
+        os.replace(tmp, dropin)
+    except OSError as exc:
+        return failed("run as root, or edit the unit by hand", *lines, f"cannot write the drop-in: {exc.strerror or exc}")
+    for argv in (["systemctl", "daemon-reload"], ["systemctl", "restart", unit], ["systemctl", "is-active", unit]):
+        done = _run(argv, deadline)
+        lines.append(done[1])
+        if not done[0]:
+            return failed(f"see `journalctl -u {unit}`", *lines, dropin=str(dropin))
+    return ok(*lines, dropin=str(dropin), launched={"driver": "systemctl", "unit": unit, "argv": spec.argv})
+
+
+# -- kubectl ------------------------------------------------------------------------------------
+
+def kubectl_commands(namespace: str, name: str, env: dict[str, str], new_args: list[str] | None,
+                     timeout_s: float) -> list[list[str]]:
+    """The argv lists the kubectl driver runs, in order (also printed by the dry run)."""
+    base = ["kubectl", "-n", namespace]
+    cmds: list[list[str]] = []
+    if env:
+        cmds.append(base + ["set", "env", f"deployment/{name}", *(f"{k}={v}" for k, v in env.items())])
+    if new_args is not None:
+        patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": new_args}]
+        cmds.append(base + ["patch", "deployment", name, "--type=json", "-p", json.dumps(patch)])
+    if not cmds:
+        cmds.append(base + ["rollout", "restart", f"deployment/{name}"])
+    cmds.append(base + ["rollout", "status", f"deployment/{name}", f"--timeout={int(timeout_s)}s"])
+    return cmds
+
+
+def _kubectl(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
+    target = ctx.options.deployment
+    if not target or "/" not in target:
+        return failed("give the deployment with --deployment NAMESPACE/NAME", "the kubectl driver needs the deployment")
+    namespace, name = target.split("/", 1)
+    lines: list[str] = []
+    new_args = None
+    recs = [r for r in (ctx.verdict.recommendations if ctx.verdict else []) if not r.env and r.to_value is not None]
+    if recs:
+        got = _run(["kubectl", "-n", namespace, "get", "deployment", name, "-o", "json"], deadline, keep_output=True)
+        if not got[0]:
+            return failed("check kubectl access to the deployment", got[1])
+        current = _container_args(got[2])
+        if current is None:
+            return failed("patch the container args by hand", "the deployment's first container has no args to change")
+        facts = ctx.verdict.facts
+        new_args, _ = apply_changes(current, recs, str(facts.get("engine") or "vllm"), facts.get("engine_version"),
+                                    facts.get("engine_mode"))
+        lines.append(f"container args: {shlex.join(current)} -> {shlex.join(new_args)}")
+    for argv in kubectl_commands(namespace, name, env, new_args, max(1.0, deadline.left() - 5)):
+        done = _run(argv, deadline)
+        lines.append(done[1])
+        if not done[0]:
+            return failed(f"see `kubectl -n {namespace} describe deployment {name}`", *lines)
+    return ok(*lines, launched={"driver": "kubectl", "deployment": target, "args": new_args, "env": sorted(env)})
+
+
+def _container_args(text: str) -> list[str] | None:
+    try:
+        containers = json.loads(text)["spec"]["template"]["spec"]["containers"]
+        args = containers[0].get("args")
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return [str(a) for a in args] if isinstance(args, list) else None
+
+
+def _run(argv: list[str], deadline: Deadline, keep_output: bool = False) -> tuple[bool, str, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=max(1.0, deadline.left()))
+    except FileNotFoundError:
+        return False, f"{argv[0]}: not found on PATH", ""
+    except subprocess.TimeoutExpired:
+        return False, f"{shlex.join(argv)}: no answer before the step timeout", ""
+    said = (done.stdout if not keep_output else "") + done.stderr
+    line = f"{shlex.join(argv)} -> exit {done.returncode}" + (f": {said.strip()[-300:]}" if said.strip() else "")
+    return done.returncode == 0, line, done.stdout
+

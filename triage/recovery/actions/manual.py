@@ -1,0 +1,15 @@
+"""`manual`: an instruction only a human can carry out (gateway limits, a ticket), confirmed."""
+from __future__ import annotations
+
+from ..context import Deadline, Outcome, RunContext, failed, ok
+from ..runbooks import RunbookStep
+
+
+def run(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+    instruction = str(step.params["instruction"])
+    ctx.options.say(f"  BY HAND: {instruction}")
+    if ctx.options.yes:
+        return ok(f"instruction: {instruction}", "acknowledged with --yes", confirmed_by="--yes")
+    if ctx.options.confirm("Done?"):
+        return ok(f"instruction: {instruction}", "confirmed by the operator", confirmed_by="operator")
+    return failed(instruction, f"instruction: {instruction}", "not confirmed")

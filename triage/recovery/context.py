@@ -1,0 +1,112 @@
+"""What a recovery step gets to work with, and what it gives back.
+
+Actions are plain functions `run(step, ctx, deadline) -> Outcome`. They read the identified
+processes, launch spec and server URL from the `RunContext`, bound every wait by the `Deadline`,
+and never write the audit log themselves: the executor records each step around them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .identify import Identification
+
+
+class StepTimeout(TimeoutError):
+    """A step ran past its timeout (recorded as `timeout` in the audit log)."""
+
+
+class Deadline:
+    """A step's time budget on the monotonic clock; every wait inside a step is cut to it."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        self.seconds = seconds
+        self.clock = clock
+        self.end = clock() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - self.clock())
+
+    def expired(self) -> bool:
+        return self.clock() >= self.end
+
+    def check(self, what: str) -> None:
+        if self.expired():
+            raise StepTimeout(f"{what}: step timeout of {self.seconds:g} s reached")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, min(seconds, self.left())))
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start the server again: argv (no shell), environment overrides, working directory."""
+    argv: list[str]
+    env: dict[str, str]                 # overrides on top of the base environment
+    cwd: str | None
+    base_env: dict[str, str] | None     # the old server's environment when readable, else ours
+    source: str                         # where argv came from ("the running APIServer pid 12", "--launch-command")
+    old_argv: list[str] | None = None   # the command line before the verdict's changes
+
+    def diff(self) -> list[str]:
+        if not self.old_argv:
+            return []
+        import difflib
+
+        return [line for line in difflib.ndiff(self.old_argv, self.argv) if line[:1] in "+-"]
+
+
+@dataclass
+class ExecOptions:
+    yes: bool = False                           # answer every confirmation with yes
+    allow_gpu_reset: bool = False
+    driver: str | None = None                   # overrides the runbook's restart driver
+    unit: str | None = None                     # systemd unit for the systemctl driver
+    deployment: str | None = None               # NAMESPACE/NAME for the kubectl driver
+    force: bool = False                         # act even if the server answers a real completion
+    confirm: Callable[[str], bool] = lambda prompt: False
+    say: Callable[[str], None] = lambda line: None
+
+
+@dataclass
+class RunContext:
+    incident: Path
+    runbook_id: str
+    model: str | None
+    url: str | None
+    identification: Identification
+    launch: LaunchSpec | None
+    options: ExecOptions
+    known_good: list[str] | None = None        # last argv that served (for rollback)
+    verdict: Any = None                         # the Verdict: its recommendations drive kubectl's args patch
+    launched: list[dict[str, Any]] = field(default_factory=list)   # servers started by this run
+
+
+@dataclass
+class Outcome:
+    result: str                     # ok | failed | skipped | aborted
+    lines: list[str] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)   # recorded in the step's end record
+    by_hand: str | None = None      # what the operator should do when this step failed
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+def ok(*lines: str, **data: Any) -> Outcome:
+    return Outcome("ok", list(lines), data)
+
+
+def failed(by_hand: str, *lines: str, **data: Any) -> Outcome:
+    return Outcome("failed", list(lines), data, by_hand)
+
+
+def skipped(*lines: str, **data: Any) -> Outcome:
+    return Outcome("skipped", list(lines), data)
+
+
+def aborted(by_hand: str, *lines: str, **data: Any) -> Outcome:
+    return Outcome("aborted", list(lines), data, by_hand)

@@ -1,0 +1,201 @@
+"""`triage recover --execute`: carry out a plan one confirmed, time-boxed, audited step at a time.
+
+The order of every step is fixed: confirm (unless --yes) -> re-check the preconditions
+(the server must still be failing) -> append the `start` record -> run the action under its
+timeout (a cooperative deadline inside, SIGALRM as the backstop) -> append the `end` record.
+The host lock is held for the whole run, so two recoveries never interleave. A failed step with
+`on_failure: stop` ends the run with what to do by hand; re-running resumes after the last step
+that completed, across runs (each run records which run it resumes).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+from contextlib import contextmanager
+
+from ..live.server import health, serves
+from .actions import RUNNERS
+from .audit import AuditLog
+from .context import Deadline, Outcome, RunContext, StepTimeout
+from .plan import Plan, PlannedStep
+
+ALARM_SLACK_S = 2.0          # the backstop fires this long after the cooperative deadline
+DESTRUCTIVE = ("drain", "stop_server", "gpu_reset", "restart", "rollback")
+
+
+@dataclass
+class StepReport:
+    number: int
+    step_id: str
+    result: str              # ok | failed | skipped | aborted | timeout | interrupted | not run
+    lines: list[str] = field(default_factory=list)
+    by_hand: str | None = None
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    runbook: str
+    resumed_from: str | None
+    skipped_done: list[str]                     # step ids completed by earlier runs
+    steps: list[StepReport] = field(default_factory=list)
+    result: str = "ok"                          # ok | failed | aborted | interrupted | declined
+
+    @property
+    def ok(self) -> bool:
+        return self.result == "ok"
+
+
+def resume_point(audit: AuditLog, plan: Plan) -> tuple[str | None, list[str]]:
+    """(run id to resume, step ids already done) from the last unfinished run of this runbook."""
+    runs: list[dict[str, Any]] = [r for r in audit.records() if r.get("action") == "run"]
+    starts = [r for r in runs if r.get("phase") == "start" and (r.get("args") or {}).get("runbook") == plan.runbook.id]
+    if not starts:
+        return None, []
+    last = starts[-1]
+    ended_ok = any(r.get("phase") == "end" and r.get("run_id") == last.get("run_id") and r.get("result") == "ok"
+                   for r in runs)
+    if ended_ok:
+        return None, []              # that recovery finished: a new run starts from step 1
+    chain = {last.get("run_id")}
+    resumed = (last.get("args") or {}).get("resumes")
+    while resumed and resumed not in chain:   # a run that resumed a run that resumed...
+        chain.add(resumed)
+        earlier = next((r for r in starts if r.get("run_id") == resumed), None)
+        resumed = (earlier.get("args") or {}).get("resumes") if earlier else None
+    done: list[str] = []
+    for run_id in chain:
+        done += [s for s in audit.completed_steps(run_id) if s not in done]
+    ids = [ps.step.id for ps in plan.steps]
+    last_done = max((ids.index(s) for s in done if s in ids), default=-1)
+    return str(last.get("run_id")), ids[: last_done + 1]
+
+
+class Executor:
+    def __init__(self, plan: Plan, ctx: RunContext, audit: AuditLog,
+                 show_step: Callable[[PlannedStep], None] = lambda ps: None,
+                 show_result: Callable[["StepReport"], None] = lambda r: None):
+        self.plan = plan
+        self.ctx = ctx
+        self.audit = audit
+        self.show_step = show_step
+        self.show_result = show_result
+
+    def run(self, resume_from: str | None = None, done: list[str] | None = None) -> RunReport:
+        done = done or []
+        report = RunReport(self.audit.run_id, self.plan.runbook.id, resume_from, list(done))
+        v = self.plan.verdict
+        self.audit.append({"action": "run", "phase": "start", "args": {
+            "runbook": self.plan.runbook.id, "class": v.oom_class.value, "confidence": v.confidence,
+            "summary": v.summary, "resumes": resume_from, "already_done": done,
+            "pids": self.ctx.identification.pids, "url": self.ctx.url}})
+        checked_unhealthy = False
+        try:
+            for ps in self.plan.steps:
+                if ps.step.id in done:
+                    continue
+                self.show_step(ps)
+                if not self.ctx.options.yes and not self.ctx.options.confirm(f"Run step {ps.number} ({ps.step.id})?"):
+                    report.steps.append(StepReport(ps.number, ps.step.id, "not run", ["declined by the operator"]))
+                    report.result = "declined"
+                    break
+                if ps.step.action in DESTRUCTIVE and not checked_unhealthy:
+                    drift = self._still_failing()
+                    checked_unhealthy = True
+                    if drift:
+                        report.steps.append(self._abort(ps, drift))
+                        self.show_result(report.steps[-1])
+                        report.result = "aborted"
+                        break
+                step_report = self._run_step(ps)
+                report.steps.append(step_report)
+                self.show_result(step_report)
+                if step_report.result in ("ok", "skipped"):
+                    continue
+                if ps.step.on_failure == "continue" and step_report.result in ("failed", "timeout"):
+                    continue
+                report.result = "aborted" if step_report.result == "aborted" else "failed"
+                break
+        except KeyboardInterrupt:
+            report.result = "interrupted"
+            self._end_run(report)
+            raise
+        self._end_run(report)
+        return report
+
+    # -- internals ------------------------------------------------------------------------------
+    def _still_failing(self) -> str | None:
+        """Drift check before the first destructive step: a server that serves needs no recovery."""
+        if self.ctx.options.force or not self.ctx.url:
+            return None
+        if not health(self.ctx.url, 3.0).ok:
+            return None
+        answer = serves(self.ctx.url, self.ctx.model, 15.0)
+        if answer.ok:
+            return (f"the server at {self.ctx.url} serves again ({answer.detail}): nothing to recover; "
+                    "use --force to run the plan anyway")
+        return None
+
+    def _abort(self, ps: PlannedStep, why: str) -> StepReport:
+        with self.audit.step(ps.step.id, ps.step.action, args={"precondition": "server still failing"},
+                             number=ps.number) as handle:
+            handle.result = "aborted"
+            handle.output = why
+        return StepReport(ps.number, ps.step.id, "aborted", [why], "check the server; re-run if it fails again")
+
+    def _run_step(self, ps: PlannedStep) -> StepReport:
+        step = ps.step
+        args: dict[str, Any] = {"params": dict(step.params), "timeout_s": step.timeout_s, "details": list(ps.details)}
+        if step.action in ("restart", "rollback") and self.ctx.launch:
+            args.update(argv=self.ctx.launch.argv, old_argv=self.ctx.launch.old_argv, env=self.ctx.launch.env,
+                        cwd=self.ctx.launch.cwd, source=self.ctx.launch.source)
+        if step.action == "stop_server":
+            args["pids"] = [{"pid": p.info.pid, "role": p.role, "start_ticks": p.info.start_ticks,
+                             "cmdline": list(p.info.cmdline), "why": p.why} for p in self.ctx.identification.processes]
+        runner = RUNNERS[step.action]
+        outcome: Outcome | None = None
+        try:
+            with self.audit.step(step.id, step.action, args=args, number=ps.number,
+                                 runbook=self.plan.runbook.id) as handle:
+                with _alarm(step.timeout_s + ALARM_SLACK_S):
+                    outcome = runner(step, self.ctx, Deadline(step.timeout_s))
+                handle.result = None if outcome.result == "ok" else outcome.result
+                handle.output = outcome.output
+                handle.data = outcome.data
+        except StepTimeout as exc:
+            return StepReport(ps.number, step.id, "timeout", [str(exc)],
+                              f"the step did not finish in {step.timeout_s:g} s: {step.verify} — check by hand")
+        return StepReport(ps.number, step.id, outcome.result, outcome.lines, outcome.by_hand)
+
+    def _end_run(self, report: RunReport) -> None:
+        self.audit.append({"action": "run", "phase": "end", "result": report.result,
+                           "args": {"runbook": report.runbook},
+                           "output_tail": "; ".join(f"{s.step_id}: {s.result}" for s in report.steps)})
+
+
+@contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """SIGALRM raises StepTimeout if a blocking call ignores the step's deadline (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def fire(signum: int, frame: object) -> None:
+        raise StepTimeout(f"step timeout of {seconds - ALARM_SLACK_S:g} s reached (a call did not return)")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def report_json(report: RunReport) -> dict[str, Any]:
+    return {"schema": "triage.recovery/v1", "run_id": report.run_id, "runbook": report.runbook,
+            "result": report.result, "resumed_from": report.resumed_from, "already_done": report.skipped_done,
+            "steps": [{"number": s.number, "id": s.step_id, "result": s.result, "output": s.lines,
+                       "by_hand": s.by_hand} for s in report.steps]}

@@ -1,0 +1,203 @@
+"""Everything recovery needs to know before it acts, read without changing anything.
+
+* the server's processes, identified and confirmed (`identify.py`) from the evidence, `--pid`
+  and the servers earlier runs relaunched (recorded in actions.jsonl with their start time);
+* how to launch it again: the running server's own command line, cwd and environment when it
+  is still there, else the command an earlier run recorded, `launch:` in incident.yaml, or the
+  command line in the logs — with the verdict's changes applied and nothing else;
+* the URL to probe, the model name, and the last launch that served (for rollback).
+
+Reading /proc is the only thing done here, so the dry run shows the same PIDs the execution
+will act on.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..advice import apply_changes
+from ..errors import BadInput
+from ..model import EvidenceSet, OomClass, Verdict
+from .context import LaunchSpec
+from .identify import Candidate, Identification, ServerProcess, candidates_from_evidence, identify
+from .redact import MASK as MASK_MARK
+from .plan import server_url
+
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+RUNTIME_CLASSES = (OomClass.BURST, OomClass.CHRONIC, OomClass.PREFIX_CACHE)
+
+
+@dataclass
+class Prepared:
+    model: str | None
+    url: str | None
+    identification: Identification
+    launch: LaunchSpec | None
+    known_good: list[str] | None
+    notes: list[str]
+
+
+def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: list[dict[str, Any]], *,
+            pids: tuple[int, ...] = (), url: str | None = None, launch_command: str | None = None) -> Prepared:
+    notes: list[str] = []
+    model = _model(verdict)
+    relaunched = _relaunched(records)
+    cands = [Candidate(p, "--pid", "--pid") for p in pids] + candidates_from_evidence(evidence)
+    cands += [Candidate(int(r["pid"]), "relaunched server", f"actions.jsonl:{r['seq']}", None, int(r["start_ticks"]))
+              for r in relaunched if r.get("pid") and r.get("start_ticks") is not None]
+    ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")])
+    launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
+    found_url = url or _relaunch_url(records) or server_url(evidence)
+    return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes)
+
+
+def _model(verdict: Verdict) -> str | None:
+    args = verdict.facts.get("launch_args") or {}
+    for key in ("model", "model_tag", "model_path", "model_id"):
+        if args.get(key):
+            return str(args[key])
+    return None
+
+
+def _relaunched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Servers earlier runs started with the process driver: pid, start_ticks, argv, seq."""
+    out = []
+    for rec in records:
+        launched = (rec.get("data") or {}).get("launched") if rec.get("phase") == "end" else None
+        if isinstance(launched, dict) and launched.get("driver") == "process":
+            out.append({**launched, "seq": rec.get("seq")})
+    return out
+
+
+def _relaunch_url(records: list[dict[str, Any]]) -> str | None:
+    for rec in reversed(records):
+        data = rec.get("data") or {}
+        if rec.get("phase") == "end" and rec.get("result") == "ok" and data.get("url"):
+            return str(data["url"])
+    return None
+
+
+def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, records: list[dict[str, Any]],
+                 launch_command: str | None, notes: list[str]) -> LaunchSpec | None:
+    base_env: dict[str, str] | None = None
+    cwd: str | None = None
+    old: list[str] | None = None
+    env: dict[str, str] = {}
+    if launch_command:
+        old, env = _split_command(launch_command)
+        source = "--launch-command"
+    elif (server := _server_root(ident)) is not None:
+        old, source = list(server.info.cmdline), f"the running {server.role} pid {server.info.pid}"
+        cwd, base_env = _cwd(server.info.pid), _environ(server.info.pid)
+    elif (recorded := _recorded_launch(records)) is not None:
+        old, source = recorded["old_argv"], f"actions.jsonl:{recorded['seq']} (the command before the last relaunch)"
+        cwd = recorded.get("cwd")
+    elif (yaml_launch := _incident_launch(incident)) is not None:
+        old, env, cwd = yaml_launch
+        source = "incident.yaml launch"
+    elif verdict.facts.get("argv"):
+        old, source = [str(a) for a in verdict.facts["argv"]], "the command line in the logs"
+    elif verdict.command:
+        old, env = _split_command(verdict.command)
+        notes.append("launch command rebuilt from vLLM's 'non-default args' line: check it, or give --launch-command")
+        source = "rebuilt from the logs"
+        return LaunchSpec(old, env, cwd, base_env, source, None)
+    else:
+        return None
+    facts = verdict.facts
+    new, rec_env = apply_changes(old, verdict.recommendations, str(facts.get("engine") or "vllm"),
+                                 facts.get("engine_version"), facts.get("engine_mode"))
+    return LaunchSpec(new, {**env, **rec_env}, cwd, base_env, source, old)
+
+
+def _server_root(ident: Identification) -> ServerProcess | None:
+    """The process whose command line relaunches the server: the API server, not an engine or worker."""
+    roots = [p for p in ident.processes if "incident's model" in p.why or "launched by this tool" in p.why]
+    for proc in roots:
+        if "APIServer" in proc.role or proc.role in ("--pid", "relaunched server"):
+            return proc
+    return next((p for p in roots if not any(w in p.role for w in ("Worker", "EngineCore", "GPU process"))), None)
+
+
+def _recorded_launch(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for rec in reversed(records):
+        args = rec.get("args") or {}
+        if rec.get("phase") == "start" and rec.get("action") == "restart" and isinstance(args.get("old_argv"), list):
+            if any(MASK_MARK in str(a) for a in args["old_argv"]):
+                return None        # secrets were masked in the log: that command cannot be run again
+            return {"old_argv": [str(a) for a in args["old_argv"]], "cwd": args.get("cwd"), "seq": rec.get("seq")}
+    return None
+
+
+def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | None] | None:
+    path = incident / "incident.yaml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise BadInput(str(path), f"not readable YAML: {str(exc).splitlines()[0]}") from None
+    launch = data.get("launch") if isinstance(data, dict) else None
+    if launch is None:
+        return None
+    argv = launch.get("argv") if isinstance(launch, dict) else None
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int, float)) for a in argv):
+        raise BadInput(str(path), "launch.argv must be a non-empty list of strings")
+    env = launch.get("env") or {}
+    if not isinstance(env, dict):
+        raise BadInput(str(path), "launch.env must be a mapping")
+    cwd = launch.get("cwd")
+    return [str(a) for a in argv], {str(k): str(v) for k, v in env.items()}, str(cwd) if cwd else None
+
+
+def _known_good(verdict: Verdict, records: list[dict[str, Any]], launch: LaunchSpec | None) -> list[str] | None:
+    """The last launch that served a real completion; else the original one, if it ever served."""
+    for rec in reversed(records):
+        data = rec.get("data") or {}
+        argv = data.get("serving_argv")
+        if rec.get("action") == "wait_healthy" and rec.get("result") == "ok" and isinstance(argv, list):
+            if not any(MASK_MARK in str(a) for a in argv):
+                return [str(a) for a in argv]
+    if launch and launch.old_argv and verdict.oom_class in RUNTIME_CLASSES:
+        return list(launch.old_argv)     # it was serving before it ran out of memory
+    return None
+
+
+def _split_command(command: str) -> tuple[list[str], dict[str, str]]:
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise BadInput("--launch-command", f"cannot split the command: {exc}") from None
+    env: dict[str, str] = {}
+    while words and _ENV_WORD.match(words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    if not words:
+        raise BadInput("--launch-command", "no program in the command")
+    return words, env
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and key:
+            env[key] = value
+    return env
