@@ -238,6 +238,22 @@ def test_prefix_cache_relaunches_without_prefix_caching(start, env):
     audit_ok(live.incident, env)
 
 
+def test_rollback_relaunches_the_last_command_that_served(start, env):
+    live = start("--scenario", "burst", "--max-num-batched-tokens", "8192", *SMALL_CARD)
+    original = cmdline(live.pid_of("APIServer"))
+    assert 500 in concurrently(live.url, 12, "b", 3200, 100)
+    assert recover(live.incident, env, "--execute", "--yes", *SHORT).returncode == 0
+    fixed, _ = new_server(live.incident)
+
+    done = recover(live.incident, env, "--runbook", "rollback", "--execute", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert not alive(fixed)
+    pid, url = new_server(live.incident)
+    assert cmdline(pid) == original and pid != fixed
+    assert complete(url, "rolled back", 2) == 200
+    audit_ok(live.incident, env)
+
+
 # --- the hard cases ---------------------------------------------------------------------------------
 
 def test_a_server_that_ignores_sigterm_gets_sigkill_after_the_grace(start, env):

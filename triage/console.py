@@ -85,6 +85,8 @@ def render_plan(plan, console: Console | None = None) -> None:
                                   f"  {v.confidence:.2f}  ", v.summary),
                     title=f"recovery plan: runbook {plan.runbook.id} (dry run: nothing will be changed)"))
     out.print(Text(plan.runbook.summary.strip(), style="dim"))
+    for note in plan.notes:
+        out.print(Text(f"note: {note}", style="yellow"))
     for ps in plan.steps:
         s = ps.step
         out.print(Text.assemble((f"\n{ps.number}. {s.title}", "bold"),

@@ -91,7 +91,8 @@ class Executor:
             "runbook": self.plan.runbook.id, "class": v.oom_class.value, "confidence": v.confidence,
             "summary": v.summary, "resumes": resume_from, "already_done": done,
             "pids": self.ctx.identification.pids, "url": self.ctx.url}})
-        checked_unhealthy = False
+        # A rollback replaces a server that may well be serving: no "still failing" precondition.
+        checked_unhealthy = any(ps.step.action == "rollback" for ps in self.plan.steps)
         try:
             for ps in self.plan.steps:
                 if ps.step.id in done:
@@ -148,9 +149,11 @@ class Executor:
     def _run_step(self, ps: PlannedStep) -> StepReport:
         step = ps.step
         args: dict[str, Any] = {"params": dict(step.params), "timeout_s": step.timeout_s, "details": list(ps.details)}
-        if step.action in ("restart", "rollback") and self.ctx.launch:
+        if step.action == "restart" and self.ctx.launch:
             args.update(argv=self.ctx.launch.argv, old_argv=self.ctx.launch.old_argv, env=self.ctx.launch.env,
                         cwd=self.ctx.launch.cwd, source=self.ctx.launch.source)
+        if step.action == "rollback":
+            args.update(argv=self.ctx.known_good, replaces=self.ctx.launch.argv if self.ctx.launch else None)
         if step.action == "stop_server":
             args["pids"] = [{"pid": p.info.pid, "role": p.role, "start_ticks": p.info.start_ticks,
                              "cmdline": list(p.info.cmdline), "why": p.why} for p in self.ctx.identification.processes]

@@ -49,10 +49,22 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
     cands = [Candidate(p, "--pid", "--pid") for p in pids] + candidates_from_evidence(evidence)
     cands += [Candidate(int(r["pid"]), "relaunched server", f"actions.jsonl:{r['seq']}", None, int(r["start_ticks"]))
               for r in relaunched if r.get("pid") and r.get("start_ticks") is not None]
+    cands += _gpu_candidates(notes)
     ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")])
     launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
     found_url = url or _relaunch_url(records) or server_url(evidence)
     return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes)
+
+
+def _gpu_candidates(notes: list[str]) -> list[Candidate]:
+    """Processes NVML sees on the GPUs now: candidates like the rest, confirmed only if they run the model."""
+    from ..live.nvml import NoNvml, read_gpus
+
+    gpus = read_gpus()
+    if isinstance(gpus, NoNvml):
+        notes.append(f"live GPU processes not listed: {gpus}")
+        return []
+    return [Candidate(pid, "GPU process", f"NVML GPU {g.index}") for g in gpus for pid in g.pids]
 
 
 def _model(verdict: Verdict) -> str | None:
@@ -157,15 +169,21 @@ def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | N
 
 
 def _known_good(verdict: Verdict, records: list[dict[str, Any]], launch: LaunchSpec | None) -> list[str] | None:
-    """The last launch that served a real completion; else the original one, if it ever served."""
+    """The last launch that served a real completion, other than the one a rollback replaces;
+    else the command from before the first relaunch, if the server had been serving with it."""
+    launches = [r["args"] for r in records if r.get("phase") == "start" and r.get("action") == "restart"
+                and isinstance((r.get("args") or {}).get("argv"), list)]
+    replaced = launches[-1]["argv"] if launches else None
     for rec in reversed(records):
-        data = rec.get("data") or {}
-        argv = data.get("serving_argv")
-        if rec.get("action") == "wait_healthy" and rec.get("result") == "ok" and isinstance(argv, list):
-            if not any(MASK_MARK in str(a) for a in argv):
-                return [str(a) for a in argv]
-    if launch and launch.old_argv and verdict.oom_class in RUNTIME_CLASSES:
-        return list(launch.old_argv)     # it was serving before it ran out of memory
+        argv = (rec.get("data") or {}).get("serving_argv")
+        if rec.get("action") == "wait_healthy" and rec.get("result") == "ok" and isinstance(argv, list) \
+                and argv != replaced and not any(MASK_MARK in str(a) for a in argv):
+            return [str(a) for a in argv]
+    if verdict.oom_class not in RUNTIME_CLASSES:
+        return None                      # a start-up failure never served with its original command
+    original = launches[0].get("old_argv") if launches else (launch.old_argv if launch else None)
+    if isinstance(original, list) and original and not any(MASK_MARK in str(a) for a in original):
+        return [str(a) for a in original]
     return None
 
 
