@@ -292,3 +292,36 @@ def test_deadline_cuts_waits():
     began = time.monotonic()
     d.sleep(5)
     assert time.monotonic() - began < 1 and d.expired()
+
+
+# --- the executor's questions -----------------------------------------------------------------------
+
+def test_a_declined_step_ends_the_run_before_anything_is_done(tmp_path, monkeypatch):
+    import shutil
+
+    from tests.conftest import sample
+    from triage.recovery.session import execute, open_session
+
+    incident = tmp_path / "inc"
+    shutil.copytree(sample("chronic-fragmentation"), incident)
+    monkeypatch.setenv("TRIAGE_LOCK_FILE", str(tmp_path / "lock"))
+    asked: list[str] = []
+    session = open_session(str(incident))
+    report = execute(session, ExecOptions(confirm=lambda q: asked.append(q) or False))
+    assert report.result == "declined" and asked == ["Run step 1 (drain)?"]
+    recs = [json.loads(line) for line in (incident / "actions.jsonl").read_text().splitlines()]
+    assert [(r["action"], r["phase"], r["result"]) for r in recs] == [("run", "start", None),
+                                                                      ("run", "end", "declined")]
+
+
+def test_execute_without_a_terminal_needs_yes(runner, tmp_path):
+    import shutil
+
+    from tests.conftest import sample
+    from triage.cli import main
+
+    incident = tmp_path / "inc"
+    shutil.copytree(sample("chronic-fragmentation"), incident)
+    result = runner.invoke(main, ["recover", str(incident), "--execute"])
+    assert result.exit_code == 1 and "--yes" in result.stderr
+    assert not (incident / "actions.jsonl").exists()
