@@ -368,7 +368,8 @@ def test_a_step_timeout_fires_and_is_recorded(start, env, tmp_path):
     audit_ok(live.incident, env)
 
 
-def test_sigint_mid_step_leaves_a_valid_audit_log(start, env):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_mid_step_leaves_a_valid_audit_log(start, env, signum):
     live = start("--scenario", "healthy")
     proc = subprocess.Popen([sys.executable, "-m", "triage", "recover", str(live.incident), "--execute", "--yes",
                              "--runbook", "chronic", "--force", "--param", "steady.window_s=60",
@@ -377,7 +378,7 @@ def test_sigint_mid_step_leaves_a_valid_audit_log(start, env):
     try:
         assert wait_until(lambda: any(r["step"] == "steady" and r["phase"] == "start"
                                       for r in records(live.incident)), 60)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

@@ -182,7 +182,7 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
 
     view = RecoverConsole(quiet=as_json)
     options = ExecOptions(yes=yes, allow_gpu_reset=allow_gpu_reset, driver=driver, unit=unit, deployment=deployment,
-                          force=force, confirm=lambda q: click.confirm(q, default=False, err=True), say=view.say)
+                          force=force, confirm=_ask, say=view.say)
     view.header(session.plan)
     try:
         report = run_plan(session, options, show_step=view.step, show_result=view.result)
@@ -197,6 +197,13 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
         click.echo(json.dumps(report_json(report), indent=2))
     if not report.ok:
         sys.exit(int(ExitCode.BAD_INPUT))
+
+
+def _ask(question: str) -> bool:
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort:
+        raise KeyboardInterrupt from None     # Ctrl-C at a prompt: end the run like Ctrl-C in a step
 
 
 @main.group()

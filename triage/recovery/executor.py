@@ -170,6 +170,9 @@ class Executor:
         except StepTimeout as exc:
             return StepReport(ps.number, step.id, "timeout", [str(exc)],
                               f"the step did not finish in {step.timeout_s:g} s: {step.verify} — check by hand")
+        except (OSError, ValueError, RuntimeError) as exc:   # recorded as failed by the audit step
+            return StepReport(ps.number, step.id, "failed", [f"{type(exc).__name__}: {exc}"],
+                              f"the step broke off: {step.verify} — check by hand")
         return StepReport(ps.number, step.id, outcome.result, outcome.lines, outcome.by_hand)
 
     def _end_run(self, report: RunReport) -> None:

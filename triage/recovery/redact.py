@@ -3,6 +3,10 @@
 `redact(value)` is pure: it returns a new value (strings, dicts, lists, tuples) and never mutates
 its input. Masks are `***`, keeping a short hint of the secret's kind (`hf_***`, `sk-***`,
 `AKIA***`, `Bearer ***`) so a reader can tell what was there. Redacting twice changes nothing.
+
+`redact_output(value)` is what every derived document (postmortem, timeline export) goes through:
+secrets as above, plus request prompts and generated text as vLLM's request logger and the
+OpenAI-style JSON bodies carry them (`prompt: '...'`, `prompt_token_ids: [...]`, `"content": "..."`).
 """
 from __future__ import annotations
 
@@ -46,6 +50,22 @@ _FLAG_VALUE = re.compile(
     r"(?P<flag>(?<![\w-])--?[A-Za-z][A-Za-z0-9_.\-]*)(?P<sp>[ \t]+)(?P<val>\"[^\"]*\"|'[^']*'|[^\s\"'-][^\s\"']*)"
 )
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)$")
+
+
+# Request/response text as vLLM's request logger prints it (a Python repr, so quotes are escaped
+# inside and the value ends at the closing quote; a line cut short ends the value too).
+_PROMPT_REPR = re.compile(
+    r"(?P<key>\b(?:prompt|output|prompt_embeds)\s*:\s*)"
+    r"(?P<val>'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(?:\"|$))", re.MULTILINE)
+# Token ids decode back to the text: `prompt_token_ids: [1, 2, ...]`, `prompt token ids: [...]`.
+_TOKEN_IDS = re.compile(r"(?P<key>\b(?:prompt|output)[ _]token[ _]ids\s*[:=]\s*)\[[^\]\n]*(?:\]|$)",
+                        re.MULTILINE)
+# OpenAI-style request bodies in JSON: "prompt": "...", "content": "...", "prompt": ["...", ...].
+_JSON_TEXT = re.compile(
+    r"(?P<key>\"(?:prompt|prompts|content|input|messages|prompt_token_ids)\"\s*:\s*)"
+    r"(?P<val>\"(?:[^\"\\\n]|\\.)*(?:\"|$)|\[[^\[\]\n]*\])", re.MULTILINE)
+_PROMPT_KEYS = frozenset({"prompt", "prompts", "messages", "content", "input", "prompt_token_ids",
+                          "output_token_ids", "prompt_embeds"})
 
 
 def is_secret_key(name: str) -> bool:
@@ -111,6 +131,42 @@ def redact(value: Any) -> Any:
     return value
 
 
+def mask_prompts(text: str) -> str:
+    """Mask request prompts, generated text and token ids in one string (secrets untouched)."""
+    text = _PROMPT_REPR.sub(lambda m: m.group("key") + _quoted_mask(m.group("val")), text)
+    text = _TOKEN_IDS.sub(lambda m: f"{m.group('key')}[{MASK}]", text)
+    return _JSON_TEXT.sub(lambda m: m.group("key") + (f"[{MASK}]" if m.group("val").startswith("[")
+                                                      else f'"{MASK}"'), text)
+
+
+def redact_output(value: Any) -> Any:
+    """`redact`, then request prompts masked too: for documents written from an incident."""
+    if isinstance(value, str):
+        return mask_prompts(redact_text(value))
+    if isinstance(value, (bytes, bytearray)):
+        return redact_output(bytes(value).decode("utf-8", errors="replace"))
+    if isinstance(value, Mapping):
+        return {k: (MASK if isinstance(k, str) and k.lower() in _PROMPT_KEYS and value[k]
+                    else _redact_output_item(k, v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        out = [mask_prompts(v) if isinstance(v, str) else redact_output(v) for v in redact_argv(value)]
+        return tuple(out) if isinstance(value, tuple) else out
+    if isinstance(value, (set, frozenset)):
+        return [redact_output(v) for v in value]
+    return value
+
+
+def _redact_output_item(key: Any, value: Any) -> Any:
+    if isinstance(key, str) and is_secret_key(key) and isinstance(value, (str, bytes, bytearray)):
+        return _redact_item(key, value)
+    return redact_output(value)
+
+
+def _quoted_mask(value: str) -> str:
+    quote = value[0]
+    return f"{quote}{MASK}{quote}"
+
+
 def _redact_item(key: Any, value: Any) -> Any:
     if isinstance(key, str) and is_secret_key(key) and isinstance(value, (str, bytes, bytearray)):
         text = value if isinstance(value, str) else bytes(value).decode("utf-8", errors="replace")
@@ -123,9 +179,15 @@ def _auth_header(m: re.Match[str]) -> str:
     return f"{m.group(1)}{scheme}{MASK}"
 
 
+# Values that cannot be a secret: a logged config prints `api_key=None`, `allow_credentials=False`.
+_NOT_SECRET = frozenset({"none", "null", "true", "false", "''", '""', "[]", "{}", MASK.lower()})
+
+
 def _key_value(m: re.Match[str]) -> str:
     key = m.group("key")
     if not is_secret_key(key) or key.lower().endswith("authorization"):  # headers done above
+        return m.group(0)
+    if m.group("val").lower().rstrip(",)") in _NOT_SECRET:
         return m.group(0)
     return f"{key}{m.group('q')}{m.group('sep')}{mask(m.group('val'))}"
 
@@ -136,4 +198,5 @@ def _flag_value(m: re.Match[str]) -> str:
     return f"{m.group('flag')}{m.group('sp')}{mask(m.group('val'))}"
 
 
-__all__ = ["MASK", "is_secret_key", "mask", "redact", "redact_argv", "redact_text"]
+__all__ = ["MASK", "is_secret_key", "mask", "mask_prompts", "redact", "redact_argv", "redact_output",
+           "redact_text"]

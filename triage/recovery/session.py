@@ -5,9 +5,12 @@ the modules it calls, so the same recovery can run from a bot or a test without 
 """
 from __future__ import annotations
 
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..errors import ExitCode, TriageError
 from ..model import EvidenceSet, Verdict
@@ -77,4 +80,23 @@ def execute(session: Session, options: ExecOptions, *, show_step: Callable[[Plan
         p = session.prepared
         ctx = RunContext(session.incident, session.plan.runbook.id, p.model, p.url, p.identification, p.launch,
                          options, known_good=p.known_good, verdict=session.verdict)
-        return Executor(session.plan, ctx, session.audit, show_step, show_result).run(resume_from, done)
+        with _sigterm_interrupts():
+            return Executor(session.plan, ctx, session.audit, show_step, show_result).run(resume_from, done)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a supervisor stopping this run) is handled like Ctrl-C: the step in progress is
+    recorded as interrupted and the run ends cleanly, so the audit trail says what happened."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -48,6 +48,9 @@ def run(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
     except Drifted as exc:
         return aborted("check the processes by hand (ps -o pid,lstart,args -p PID)", *lines, str(exc),
                        signalled=signalled)
+    except PermissionError as exc:
+        return failed("run triage as the server's user (or root) to stop it", *lines,
+                      f"not permitted to signal: {exc.strerror or exc}", signalled=signalled)
     if left:
         return failed("a process survived SIGKILL (stuck in the driver, state D?): check `ps -o pid,stat,args -p "
                       + ",".join(str(i.pid) for i in left) + "` and the kernel log",
