@@ -232,6 +232,7 @@ class AuditLog:
         self.clock: Clock = clock or (lambda: datetime.now(timezone.utc))
         self.monotonic = monotonic
         self._tail: tuple[int, int, int, str, int] | None = None   # ino, size, mtime, prev, seq
+        self.last_written: dict[str, Any] | None = None             # the record most recently on disk
 
     # reading
     def records(self) -> list[dict[str, Any]]:
@@ -287,10 +288,10 @@ class AuditLog:
     def step(self, step: str, action: str, args: Any = None, **extra: Any) -> Iterator[StepHandle]:
         """Record `start`, run the body, record `end` (ok / failed / timeout / interrupted).
 
-        Exceptions (KeyboardInterrupt included) are recorded, then re-raised."""
-        start = self.append({"step": step, "action": action, "phase": "start",
-                             "args": {} if args is None else args, **extra})
-        handle = StepHandle(start=start)
+        Exceptions (KeyboardInterrupt included) are recorded, then re-raised. An interrupt that
+        lands just after the start record was written (signals wait while a record is written,
+        then fire) still gets its end record."""
+        handle = StepHandle(start={})
         began = self.monotonic()
 
         def end(result: str, error: BaseException | None = None) -> None:
@@ -299,19 +300,26 @@ class AuditLog:
                 output = f"{output}\n{type(error).__name__}: {error}".lstrip("\n")
             data = {"data": handle.data} if handle.data else {}
             self.append({"step": step, "action": action, "phase": "end", "result": result,
-                         "args": start["args"], "output_tail": output,
+                         "args": handle.start.get("args", {}), "output_tail": output,
                          "duration_s": round(self.monotonic() - began, 3), **data, **extra})
 
+        self.last_written = None
         try:
+            handle.start = self.append({"step": step, "action": action, "phase": "start",
+                                        "args": {} if args is None else args, **extra})
             yield handle
         except KeyboardInterrupt as exc:
-            end("interrupted", exc)
+            written = self.last_written or {}
+            if handle.start or (written.get("step") == step and written.get("phase") == "start"):
+                handle.start = handle.start or written
+                end("interrupted", exc)
             raise
         except (TimeoutError, subprocess.TimeoutExpired) as exc:
             end("timeout", exc)
             raise
         except BaseException as exc:
-            end("failed", exc)
+            if handle.start:
+                end("failed", exc)
             raise
         end(handle.result or "ok")
 
@@ -337,6 +345,7 @@ class AuditLog:
             if os.write(fd, data) != len(data):
                 raise AuditError(f"{self.path}: short write; the last line is incomplete")
             os.fsync(fd)
+            self.last_written = body                 # still inside the signal mask: see step()
             if created:
                 _fsync_dir(self.path.parent)
             st = os.fstat(fd)

@@ -87,13 +87,13 @@ class Executor:
         done = done or []
         report = RunReport(self.audit.run_id, self.plan.runbook.id, resume_from, list(done))
         v = self.plan.verdict
-        self.audit.append({"action": "run", "phase": "start", "args": {
-            "runbook": self.plan.runbook.id, "class": v.oom_class.value, "confidence": v.confidence,
-            "summary": v.summary, "resumes": resume_from, "already_done": done,
-            "pids": self.ctx.identification.pids, "url": self.ctx.url}})
         # A rollback replaces a server that may well be serving: no "still failing" precondition.
         checked_unhealthy = any(ps.step.action == "rollback" for ps in self.plan.steps)
         try:
+            self.audit.append({"action": "run", "phase": "start", "args": {
+                "runbook": self.plan.runbook.id, "class": v.oom_class.value, "confidence": v.confidence,
+                "summary": v.summary, "resumes": resume_from, "already_done": done,
+                "pids": self.ctx.identification.pids, "url": self.ctx.url}})
             for ps in self.plan.steps:
                 if ps.step.id in done:
                     continue
