@@ -325,3 +325,12 @@ def test_execute_without_a_terminal_needs_yes(runner, tmp_path):
     result = runner.invoke(main, ["recover", str(incident), "--execute"])
     assert result.exit_code == 1 and "--yes" in result.stderr
     assert not (incident / "actions.jsonl").exists()
+
+
+def test_in_a_fleet_bundle_only_this_hosts_log_names_pids():
+    from triage.recovery.prepare import _this_host
+
+    cands = [Candidate(11, "APIServer", "logs/gpu-node-03.log:2"), Candidate(22, "APIServer", "logs/gpu-node-07.log:2")]
+    notes: list[str] = []
+    assert [c.pid for c in _this_host(cands, notes, host="gpu-node-07.cluster.local")] == [22]
+    assert _this_host(cands, notes, host="elsewhere") == cands and "several hosts" in notes[0]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
     notes: list[str] = []
     model = _model(verdict)
     relaunched = _relaunched(records)
-    cands = [Candidate(p, "--pid", "--pid") for p in pids] + candidates_from_evidence(evidence)
+    cands = [Candidate(p, "--pid", "--pid") for p in pids] + _this_host(candidates_from_evidence(evidence), notes)
     cands += [Candidate(int(r["pid"]), "relaunched server", f"actions.jsonl:{r['seq']}", None, int(r["start_ticks"]))
               for r in relaunched if r.get("pid") and r.get("start_ticks") is not None]
     cands += _gpu_candidates(notes)
@@ -54,6 +55,21 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
     launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
     found_url = url or _relaunch_url(records) or server_url(evidence)
     return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes)
+
+
+def _this_host(cands: list[Candidate], notes: list[str], host: str | None = None) -> list[Candidate]:
+    """A fleet bundle holds logs of several hosts, and their PIDs mean nothing here: keep the PIDs
+    of the file named after this host when there is one (logs/gpu-node-07.log on gpu-node-07)."""
+    files = {c.source.rsplit(":", 1)[0] for c in cands}
+    if len(files) < 2:
+        return cands
+    host = (host or socket.gethostname()).split(".")[0].lower()
+    mine = {f for f in files if host and host in Path(f).name.lower()}
+    if mine:
+        return [c for c in cands if c.source.rsplit(":", 1)[0] in mine]
+    notes.append(f"PIDs come from {len(files)} files (several hosts?): each is still confirmed against this "
+                 "host's processes; give --pid to name the server exactly")
+    return cands
 
 
 def _gpu_candidates(notes: list[str]) -> list[Candidate]:
