@@ -235,6 +235,25 @@ def _register_sim() -> None:
 _register_sim()
 
 
+def _register_timeline() -> None:
+    from .timeline.cli import note, timeline   # click commands only; the timeline loads when they run
+
+    main.add_command(note)
+    main.add_command(timeline)
+
+
+_register_timeline()
+
+
+def _register_postmortem() -> None:
+    from .postmortem.cli import postmortem   # a click command only; jinja2 loads when it runs
+
+    main.add_command(postmortem)
+
+
+_register_postmortem()
+
+
 class _progress:
     """A rich progress bar on stderr for large inputs when stderr is a terminal; else nothing."""
 

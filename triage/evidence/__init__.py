@@ -111,6 +111,12 @@ def expand(paths: Sequence[str], stdin_data: bytes | None = None,
 _NOT_EVIDENCE_DIRS = {"recovery"}
 
 
+def _derived(name: str) -> bool:
+    """Files triage itself writes into a bundle (postmortem.md and its chart, timeline exports)."""
+    lower = name.lower()
+    return lower.startswith(("postmortem", "timeline")) and lower.endswith((".md", ".svg", ".csv", ".json"))
+
+
 def _walk(root: Path) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -224,7 +230,7 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
     mods = parsers()
     used = 0
     for src in inputs:
-        if not src.explicit and src.name.lower() in _NOT_EVIDENCE:
+        if not src.explicit and (src.name.lower() in _NOT_EVIDENCE or _derived(src.name)):
             continue   # a bundle's own metadata (incident.yaml, README.md, ...): not worth a warning
         reason = _skip_reason(src)
         if reason:

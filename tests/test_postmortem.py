@@ -1,0 +1,442 @@
+"""`triage postmortem`: golden documents for the two write-up incidents, the figures they must
+carry, templates (validation, StrictUndefined), redaction of every output, bad bundles, atomic
+writes, the chart and the mermaid diagram."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import typing
+import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from triage.cli import main
+from triage.model import Evidence, EvidenceSet
+from triage.postmortem import (
+    PostmortemError, chart_name_for, default_output, render_postmortem, write_postmortem,
+)
+from triage.postmortem import render as render_mod
+from triage.postmortem import views
+from triage.postmortem.chart import build_chart
+from triage.postmortem.context import Inputs, build_context, load_inputs
+from triage.postmortem.mermaid import gantt
+from triage.recovery.redact import mask_prompts, redact, redact_output
+
+from tests.conftest import ROOT, sample
+
+UTC = timezone.utc
+GOLDEN = [
+    ("incident-a-multimodal-fleet", None, sample("incident-a-multimodal-fleet") / "postmortem.md"),
+    ("prefix-cache-oom-b", None, sample("prefix-cache-oom-b") / "postmortem.md"),
+    ("incident-a-multimodal-fleet", "atlassian", ROOT / "tests" / "golden" / "incident-a-atlassian.md"),
+]
+
+
+# -- golden documents -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bundle, template, golden", GOLDEN, ids=[f"{b}-{t or 'google'}" for b, t, _ in GOLDEN])
+def test_golden_postmortem(bundle, template, golden, update_golden):
+    pm = render_postmortem(sample(bundle), template=template, output=golden)
+    chart = golden.parent / chart_name_for(golden)
+    if update_golden:
+        write_postmortem(pm, golden)
+        return
+    assert golden.exists(), f"{golden} missing: run pytest --update-golden"
+    assert pm.markdown == golden.read_text(encoding="utf-8"), f"{golden} is stale: review, then pytest --update-golden"
+    assert pm.chart_svg == chart.read_text(encoding="utf-8"), f"{chart} is stale"
+
+
+def test_rendering_is_deterministic_and_reads_no_clock(monkeypatch):
+    import triage.postmortem.context as ctx_mod
+
+    class NoClock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            raise AssertionError("the renderer read the clock")
+
+        @classmethod
+        def utcnow(cls):
+            raise AssertionError("the renderer read the clock")
+
+    monkeypatch.setattr(ctx_mod, "datetime", NoClock)
+    bundle = sample("prefix-cache-oom-b")
+    first = render_postmortem(bundle, output=Path("pm.md"))
+    second = render_postmortem(bundle, output=Path("pm.md"))
+    assert first.markdown == second.markdown and first.chart_svg == second.chart_svg
+    stamped = render_postmortem(bundle, output=Path("pm.md"), now=datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC))
+    assert "2030-01-02 03:04:05 UTC (the --now value)" in stamped.markdown
+    assert "2024-10-17 14:59:06 UTC (the resolution time)" in first.markdown
+
+
+# -- the incidents' figures -------------------------------------------------------------------------
+
+def test_incident_a_figures_are_the_write_ups():
+    pm = render_postmortem(sample("incident-a-multimodal-fleet"), output=Path("postmortem.md"))
+    ctx = pm.context
+    assert ctx.durations["total"].text == "29 min 47 s"           # the write-up's outage
+    assert ctx.moments["impact_start"].time == "14:16:52" and ctx.moments["resolved"].time == "14:46:39"
+    assert ctx.durations["ttd"].text and ctx.durations["ttm"].text
+    assert ctx.impact.fleet_size == 16 and ctx.impact.nodes_affected == 3
+    assert ctx.root_cause.oom_class == "burst"
+    assert {c.id for c in ctx.root_cause.causes} >= {"accounting_discrepancy", "known_engine_bug"}
+    text = pm.markdown
+    assert "29 min 47 s" in text and "82%" in text and "13 of 16 nodes down" in text
+    assert "Scaling out before diagnosing" in text                  # the write-up's wrong turn
+    assert "memory discrepancy" in text                              # what would have detected it sooner
+    assert "0.6.0 → 0.7.1" in text and "gpu_memory_utilization" in text
+    assert "```mermaid\ngantt" in text and "](postmortem-memory.svg)" in text
+
+
+def test_incident_b_figures_are_the_write_ups():
+    pm = render_postmortem(sample("prefix-cache-oom-b"), output=Path("postmortem.md"))
+    ctx = pm.context
+    assert ctx.durations["total"].text == "12 min 00 s"             # "12 minutes of downtime"
+    assert ctx.moments["impact_start"].time == "14:47:06"
+    assert ctx.root_cause.oom_class == "prefix_cache"
+    assert [s.action for s in ctx.response.steps][:2] == ["drain", "stop_server"]
+    alerts = " ".join(s.alert for s in ctx.detection.sooner)
+    assert "memory delta" in alerts and "prefix cache" in alerts   # the write-up's trend alert
+    assert "10,207 requests were in flight" in pm.markdown
+    assert "enable_prefix_caching true → false" in pm.markdown
+
+
+def test_every_claim_cites_a_source():
+    ctx = render_postmortem(sample("incident-a-multimodal-fleet"), output=Path("pm.md")).context
+    claims = list(ctx.summary) + list(ctx.impact.claims) + list(ctx.trigger) + list(ctx.detection.claims)
+    claims += list(ctx.lessons.went_well) + list(ctx.lessons.went_wrong) + list(ctx.lessons.lucky)
+    for claim in claims:
+        assert claim.sources, claim.text
+        assert all(re.match(r"^[\w./\-]+(:\d+)?$", s) for s in claim.sources), claim.sources
+    assert all(a.sources for a in ctx.action_items)
+    assert all(s.sources for s in ctx.detection.sooner)
+
+
+# -- templates --------------------------------------------------------------------------------------
+
+def test_user_template_is_validated_before_rendering(tmp_path):
+    bundle = sample("prefix-cache-oom-b")
+    cases = {
+        "syntax.j2": ("# {{ incident.title }\n", r"syntax\.j2:1: template syntax error"),
+        "unknown.j2": ("{{ incident.title }} {{ verdict }}\n", r"unknown variable\(s\) verdict"),
+        "field.j2": ("line one\n{{ incident.titel }}\n", r"field\.j2:2: incident has no field 'titel'"),
+        "deep.j2": ("a\nb\n{{ impact.duration.minutes }}\n", r"deep\.j2:3: UndefinedError"),
+    }
+    for name, (body, message) in cases.items():
+        path = tmp_path / name
+        path.write_text(body)
+        with pytest.raises(PostmortemError, match=message):
+            render_postmortem(bundle, template=str(path), output=tmp_path / "pm.md")
+    assert not (tmp_path / "pm.md").exists()
+
+
+def test_user_template_can_use_the_bundled_macros(tmp_path):
+    path = tmp_path / "mine.md.j2"
+    path.write_text('{% import "_postmortem_macros.j2" as m %}# {{ incident.id }} {{ durations.total.text }}\n'
+                    '{{ m.steps_table(response.steps) }}\n')
+    pm = render_postmortem(sample("prefix-cache-oom-b"), template=str(path), output=tmp_path / "pm.md")
+    assert pm.markdown.startswith("# INC-2024-10-17-prefix-cache 12 min 00 s\n")
+    assert "| 1 | 14:55:30 |" in pm.markdown
+
+
+def test_templates_readme_documents_every_variable_and_field():
+    readme = (ROOT / "templates" / "README.md").read_text()
+    seen: set[type] = set()
+
+    def walk(cls: type) -> None:
+        if cls in seen:
+            return
+        seen.add(cls)
+        for name, hint in typing.get_type_hints(cls).items():
+            assert f"`{name}`" in readme, f"templates/README.md does not document {cls.__name__}.{name}"
+            for arg in _types(hint):
+                if dataclasses.is_dataclass(arg):
+                    walk(arg)
+
+    walk(views.Context)
+    for name in ("cite", "refs", "cell", "code", "ucfirst"):
+        assert f"`{name}`" in readme
+
+
+def _types(hint) -> list:
+    args = typing.get_args(hint)
+    return [hint] if not args else [t for a in args for t in _types(a)]
+
+
+# -- redaction --------------------------------------------------------------------------------------
+
+HF = "hf_" + "Zq8Wn3Lp5Rt7Yv9Bx2Cd4Fg6Hj8Km0Ns"
+SK = "sk-proj-" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7"
+AKIA = "AKIAJ7QXEXAMPLEKEY42"
+AWS_SECRET = "u8Kq/Zr3+Tn9Wx2Yb5Vc7Ld1Mf4Ph6Sj0Ga8EXMPL"
+BEARER = "eyJhbGciOiJSUzI1NiJ9.cGxhbnRlZA.c2lnbmVk"
+URL_PW = "Pl4nted-Pa55w0rd"
+PROMPT = "my bank account is 12345678 and my doctor said"
+SECRETS = [HF, SK, AKIA, AWS_SECRET, BEARER, URL_PW, PROMPT, "12345678"]
+EVERYTHING = (f"token {HF} key {SK} aws {AKIA} aws_secret_access_key={AWS_SECRET} "
+              f"Authorization: Bearer {BEARER} https://ops:{URL_PW}@grafana.internal/d/x "
+              f"Received request chatcmpl-9: prompt: '{PROMPT}', params: SamplingParams(n=1), "
+              f"prompt_token_ids: [1, 12345678, 3], lora_request: None")
+
+
+def _planted_bundle(tmp_path: Path) -> Path:
+    bundle = tmp_path / "leaky"
+    shutil.copytree(sample("incident-a-multimodal-fleet"), bundle,
+                    ignore=shutil.ignore_patterns("postmortem*", "expected.yaml", "README.md"))
+    meta = (bundle / "incident.yaml").read_text()
+    meta = meta.replace('title: "', f'title: "{HF} ').replace("links: []", f'links: ["https://ops:{URL_PW}@wiki/x"]')
+    (bundle / "incident.yaml").write_text(meta)
+    for log in (bundle / "logs").glob("*.log"):              # the launch line (cited as evidence) and a request log
+        lines = log.read_text().split("\n")
+        lines[1] = lines[1].replace("api_key=None", f"api_key='{SK}'").replace(
+            "download_dir='/models'", f"download_dir='s3://{AKIA}:{AWS_SECRET}@models'")
+        lines.insert(2, lines[1].split(" api_server")[0] + f" logger.py:36] Received request chatcmpl-1: prompt: "
+                     f"'{PROMPT}', params: SamplingParams(n=1), prompt_token_ids: [1, 12345678], lora_request: None.")
+        log.write_text("\n".join(lines))
+    for alert in (bundle / "alerts").glob("*.json"):
+        data = json.loads(alert.read_text())
+        for a in data["alerts"]:
+            a["annotations"]["summary"] = f"{a['annotations'].get('summary', '')} {EVERYTHING}"
+        alert.write_text(json.dumps(data))
+    pod = json.loads((bundle / "k8s" / "pod.json").read_text())
+    pod.setdefault("metadata", {}).setdefault("annotations", {})["note"] = EVERYTHING
+    (bundle / "k8s" / "pod.json").write_text(json.dumps(pod))
+    with (bundle / "notes.jsonl").open("a") as fh:           # written by hand, not through `triage note`
+        fh.write(json.dumps({"time": "2026-03-12T14:30:00Z", "author": "x", "text": "wrong: " + EVERYTHING}) + "\n")
+    actions = [{"seq": 1, "time": "2026-03-12T14:31:00Z", "run_id": "r", "step": "restart", "action": "restart",
+                "phase": "start", "args": {"argv": ["vllm", "serve", "--api-key", SK], "env": {"HF_TOKEN": HF}},
+                "prev": "0" * 64, "hash": "0" * 64},
+               {"seq": 2, "time": "2026-03-12T14:31:05Z", "run_id": "r", "step": "restart", "action": "restart",
+                "phase": "end", "result": "ok", "args": {}, "output_tail": EVERYTHING, "prev": "0" * 64, "hash": "0" * 64}]
+    (bundle / "actions.jsonl").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return bundle
+
+
+def _assert_clean(outputs: dict[str, str]) -> None:
+    leaks = [f"{secret[:12]}... in {where}" for where, text in outputs.items() for secret in SECRETS if secret in text]
+    assert not leaks, leaks
+
+
+def test_no_planted_secret_survives_in_the_postmortem(tmp_path, runner):
+    bundle = _planted_bundle(tmp_path)
+    outputs: dict[str, str] = {}
+    for template in ("google", "atlassian"):
+        pm = render_postmortem(bundle, template=template, output=tmp_path / f"{template}.md")
+        outputs[f"postmortem {template}"] = pm.markdown
+        outputs[f"chart {template}"] = pm.chart_svg or ""
+        outputs[f"context {template}"] = repr(pm.context)
+    result = runner.invoke(main, ["postmortem", str(bundle), "-o", "-"])
+    assert result.exit_code == 0, result.output
+    outputs["postmortem -o -"] = result.output
+    _assert_clean(outputs)
+    assert "hf_***" in outputs["postmortem google"] and "prompt: '***'" in outputs["postmortem google"]
+
+
+def test_no_planted_secret_survives_in_the_timeline_exports(tmp_path, runner):
+    bundle = _planted_bundle(tmp_path)
+    outputs: dict[str, str] = {}
+    for args in (["timeline", str(bundle), "--json"], ["timeline", str(bundle), "--csv"], ["timeline", str(bundle)]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+        outputs[" ".join(args[:1] + args[2:])] = result.output
+    _assert_clean(outputs)
+
+
+def test_redact_output_masks_prompts_and_keeps_redact_as_it_was():
+    line = f"INFO logger.py:36] Received request cmpl-1: prompt: 'it\\'s {PROMPT}', params: x, prompt_token_ids: [1, 2]"
+    assert redact(line) == line                                     # redact() keeps its contract: secrets only
+    assert redact_output(line) == "INFO logger.py:36] Received request cmpl-1: prompt: '***', params: x, " \
+                                  "prompt_token_ids: [***]"
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": PROMPT}], "prompt": PROMPT})
+    assert PROMPT not in redact_output(body) and PROMPT not in redact_output(json.loads(body)).__repr__()
+    assert redact_output({"prompt": PROMPT, "token": HF, "n": 1}) == {"prompt": "***", "token": "hf_***", "n": 1}
+    assert mask_prompts("prompt: None, output: ''") == "prompt: None, output: '***'"
+    assert redact("api_key=None allow_credentials=False api_key=abc") == "api_key=None allow_credentials=False api_key=***"
+    for text in ("prompt: '" + "a" * 200_000, '"content": "' + "\\\\" * 100_000, "prompt_token_ids: [" + "1, " * 70_000):
+        mask_prompts(text)                                          # linear: returns at once
+
+
+# -- bad bundles --------------------------------------------------------------------------------------
+
+def test_a_bundle_with_missing_parts_still_renders_and_says_what_is_missing(tmp_path):
+    bundle = tmp_path / "bare"
+    (bundle / "logs").mkdir(parents=True)
+    shutil.copy(sample("startup-kv-blowout-v1") / "logs" / "vllm.log", bundle / "logs" / "vllm.log")
+    pm = render_postmortem(bundle, output=bundle / "postmortem.md")
+    text = pm.markdown
+    assert "## Root cause" in text and "start-up OOM" in text
+    gaps = text.split("### D. Gaps in the bundle")[1]
+    for what in ("notes.jsonl", "actions.jsonl", "incident.yaml"):
+        assert what in gaps
+    assert "No recovery steps were recorded" in text
+    assert pm.context.moments["resolved"].time is None and "**Duration:** unknown" in text
+
+
+def test_no_readings_means_no_chart_and_says_why(tmp_path):
+    bundle = tmp_path / "no-readings"
+    (bundle / "logs").mkdir(parents=True)
+    (bundle / "logs" / "vllm.log").write_text(
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`.\n")
+    out = bundle / "postmortem.md"
+    pm = render_postmortem(bundle, output=out)
+    assert pm.chart_svg is None and pm.chart_name is None
+    assert "no GPU memory or KV-cache readings" in pm.markdown and ".svg)" not in pm.markdown
+    assert write_postmortem(pm, out) == [out]
+
+
+def test_corrupt_actions_line_is_reported_with_its_line_number(tmp_path):
+    bundle = tmp_path / "b"
+    shutil.copytree(sample("prefix-cache-oom-b"), bundle, ignore=shutil.ignore_patterns("postmortem*"))
+    lines = (bundle / "actions.jsonl").read_text().splitlines(keepends=True)
+    lines[4] = lines[4][: len(lines[4]) // 2] + "\n"               # line 5: cut in half
+    (bundle / "actions.jsonl").write_text("".join(lines))
+    pm = render_postmortem(bundle, output=bundle / "pm.md")
+    assert any(p.startswith("actions.jsonl:5:") for p in pm.context.problems), pm.context.problems
+    assert "actions.jsonl:5:" in pm.markdown.split("### D. Gaps in the bundle")[1]
+    steps = pm.context.response.steps
+    assert [s.step for s in steps][:2] == ["drain", "stop"] and "gpu-free" in [s.step for s in steps]
+    assert any("damaged" in c.text for c in pm.context.lessons.went_wrong)
+
+
+def test_not_a_directory_is_one_clear_error(tmp_path, runner):
+    result = runner.invoke(main, ["postmortem", str(tmp_path / "nope")])
+    assert result.exit_code == 2                                   # click: the path does not exist
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = runner.invoke(main, ["postmortem", str(empty)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert not (empty / "postmortem.md").exists()
+
+
+# -- writing ----------------------------------------------------------------------------------------
+
+def test_cli_writes_markdown_and_chart_beside_it(tmp_path, runner):
+    bundle = tmp_path / "b"
+    shutil.copytree(sample("prefix-cache-oom-b"), bundle, ignore=shutil.ignore_patterns("postmortem*"))
+    result = runner.invoke(main, ["postmortem", str(bundle), "--now", "2024-10-18T09:00:00Z"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"wrote {default_output(bundle)}", f"wrote {bundle / 'postmortem-memory.svg'}"]
+    text = default_output(bundle).read_text()
+    assert "2024-10-18 09:00:00 UTC" in text and "](postmortem-memory.svg)" in text
+    ET.fromstring((bundle / "postmortem-memory.svg").read_text())  # well-formed
+    result = runner.invoke(main, ["postmortem", str(bundle), "-o", "-", "--template", "atlassian"])
+    assert result.exit_code == 0 and result.output.startswith("# Incident postmortem:")
+    assert ".svg)" not in result.output                            # no chart file for stdout
+    for bad, message in ((["--now", "soon"], "--now: 'soon' is not an ISO 8601 time"),
+                         (["--template", str(tmp_path / "missing.j2")], "no such template file"),
+                         (["-o", str(tmp_path / "no" / "dir" / "pm.md")], "output directory does not exist")):
+        result = runner.invoke(main, ["postmortem", str(bundle), *bad])
+        assert result.exit_code == 1 and message in result.output and len(result.output.splitlines()) == 1
+
+
+def test_write_is_atomic(tmp_path, monkeypatch):
+    out = tmp_path / "pm.md"
+    out.write_text("previous version\n")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(render_mod.os, "replace", broken_replace)
+    with pytest.raises(PostmortemError, match="No space left on device"):
+        render_mod.write_atomic(out, "new version\n")
+    assert out.read_text() == "previous version\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pm.md"]   # no temp file left behind
+
+
+# -- chart and diagram --------------------------------------------------------------------------------
+
+def _ev(kind: str, minute: int, line: int, source: str = "gpu/nvidia-smi-gpu-node-01.csv", **fields) -> Evidence:
+    return Evidence(source, line, kind, f"{kind} {line}", datetime(2026, 1, 1, 10, minute, tzinfo=UTC), fields)
+
+
+def test_chart_series_come_from_the_evidence_records():
+    gib = 1 << 30
+    ev = EvidenceSet([
+        _ev("gpu_memory", 0, 2, used_bytes=70 * gib, total_bytes=80 * gib, gpu=0),
+        _ev("gpu_memory", 0, 3, used_bytes=76 * gib, total_bytes=80 * gib, gpu=1),      # same reading, fuller GPU
+        _ev("gpu_memory", 5, 4, used_bytes=79 * gib, total_bytes=80 * gib, gpu=0),
+        _ev("stats", 1, 10, source="logs/gpu-node-01.log", kv_usage=0.5, running=3),
+        _ev("stats", 4, 11, source="logs/gpu-node-01.log", kv_usage=0.97, running=9),
+        _ev("metric", 3, 12, source="metrics/a.prom", name="kv_cache_usage", value=0.9),
+        _ev("torch_oom", 6, 50, source="logs/gpu-node-01.log", capacity_bytes=80 * gib, free_bytes=gib // 2),
+    ])
+    chart = build_chart(ev, title="t", budget=0.9)
+    by_label = {s.label: s for s in chart.series}
+    gpu = by_label["GPU memory, gpu-node-01 (nvidia-smi)"]
+    assert [round(p.value, 1) for p in gpu.points] == [95.0, 98.8] and gpu.points[0].where.endswith(":3")
+    assert [p.value for p in by_label["KV cache, gpu-node-01 (vLLM stats)"].points] == [50.0, 97.0]
+    assert by_label["KV cache (/metrics scrape)"].points[0].value == 90.0
+    assert by_label["GPU memory at each OOM (PyTorch message)"].points[0].where == "logs/gpu-node-01.log:50"
+    root = ET.fromstring(chart.svg)
+    assert root.tag.endswith("svg") and "engine budget 90%" in chart.svg
+    assert build_chart(ev, title="t", budget=0.9).svg == chart.svg
+    assert build_chart(EvidenceSet([]), title="t").svg is None
+
+
+def test_gantt_is_valid_mermaid_shape():
+    from triage.timeline import Event, Moment
+
+    t0 = datetime(2026, 3, 12, 14, 16, 52, tzinfo=UTC)
+    moments = {"impact_start": Moment("impact_start", t0, "a:1", "x"),
+               "detected": Moment("detected", t0 + timedelta(seconds=13), "b:1", "y"),
+               "first_response": Moment("first_response", None, None, "not found"),
+               "mitigated": Moment("mitigated", t0 + timedelta(minutes=20), "c:1", "z"),
+               "resolved": Moment("resolved", t0 + timedelta(minutes=29, seconds=47), "d:1", "w")}
+    events = [Event(t0, "gpu_oom", "failure", "torch.OutOfMemoryError: CUDA out of memory; #1", ("l:5",), "node-1"),
+              Event(t0, "engine_dead", "failure", "Engine died", ("l:4",), "node-1"),
+              Event(t0 + timedelta(minutes=2), "note", "note", "scaling 16 -> 32: assuming a spike", ("notes.jsonl:1",))]
+    text = gantt("INC-1", moments, events)
+    lines = text.splitlines()
+    assert lines[:4] == ["gantt", "    title INC-1 (UTC)", "    dateFormat YYYY-MM-DD HH:mm:ss", "    axisFormat %H:%M"]
+    assert "    Impact (29 min 47 s) :crit, p0, 2026-03-12 14:16:52, 2026-03-12 14:46:39" in lines
+    tasks = [ln for ln in lines if ln.startswith("    ") and ":" in ln and not ln.startswith(("    title", "    date", "    axis"))]
+    for task in tasks:
+        name, _, data = task.partition(" :")
+        assert not re.search(r"[:#;]", name), task
+        assert re.match(r"(crit, |milestone, )?(p|m)\d+, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, ", data), task
+    assert "    GPU OOM node-1 :milestone, m1, 2026-03-12 14:16:52, 0d" in lines   # the OOM, not the engine-dead line
+    assert sum(1 for ln in lines if "node-1" in ln) == 1
+
+
+# -- the context contract, with an in-memory timeline --------------------------------------------------
+
+@dataclasses.dataclass
+class FakeTimeline:
+    incident_id: str = "INC-X"
+    title: str = "fake"
+    events: list = dataclasses.field(default_factory=list)
+    moments: dict = dataclasses.field(default_factory=dict)
+    durations: dict = dataclasses.field(default_factory=dict)
+    nodes: list = dataclasses.field(default_factory=list)
+    fleet_size: int | None = None
+    problems: list = dataclasses.field(default_factory=list)
+    missing: list = dataclasses.field(default_factory=list)
+
+
+def test_context_from_a_fake_timeline_states_lessons_from_notes():
+    from triage.postmortem.audit_steps import AuditSteps
+    from triage.timeline import Event, Moment
+
+    real = load_inputs(sample("incident-a-multimodal-fleet"))
+    t0 = datetime(2026, 3, 12, 14, 16, 52, tzinfo=UTC)
+    notes = [Event(t0 + timedelta(minutes=3), "note", "note", "scaling the fleet 16 -> 32, assuming load", ("notes.jsonl:1",)),
+             Event(t0 + timedelta(minutes=4), "note", "note", "lucky: the staging cluster had spare A100s", ("notes.jsonl:2",)),
+             Event(t0 + timedelta(minutes=5), "note", "note", "well: the bridge was up in two minutes", ("notes.jsonl:3",))]
+    fake = FakeTimeline(events=notes, moments={
+        "impact_start": Moment("impact_start", t0, "logs/gpu-node-07.log:515", "first GPU OOM"),
+        "mitigated": Moment("mitigated", t0 + timedelta(minutes=20), "notes.jsonl:9", "note")},
+        durations={"ttm": timedelta(minutes=20)}, fleet_size=16, missing=["no alerts"], problems=["x.log: out of order"])
+    ctx, _ = build_context(Inputs(real.bundle, real.verdict, real.evidence, fake, {}, AuditSteps()),
+                           now=datetime(2026, 3, 13, tzinfo=UTC))
+    assert ctx.generated_at == "2026-03-13 00:00:00 UTC"
+    assert ctx.durations["ttm"].text == "20 min 00 s" and ctx.durations["total"].text is None
+    wrong = " ".join(c.text for c in ctx.lessons.went_wrong)
+    assert "Scaling out before diagnosing" in wrong and "gpu-node-21" in wrong
+    assert [c.text for c in ctx.lessons.lucky][-1] == "the staging cluster had spare A100s"
+    assert [c.text for c in ctx.lessons.went_well] == ["the bridge was up in two minutes"]
+    assert "no alerts" in ctx.missing and "x.log: out of order" in ctx.problems
+    assert ctx.moments["detected"].time is None
+    assert all(s.lead and s.lead.endswith("before impact") for s in ctx.detection.sooner)

@@ -1,0 +1,73 @@
+"""`triage postmortem`: an incident bundle -> a Markdown postmortem and a GPU-memory chart beside it.
+
+    pm = render_postmortem("samples/incident-a-multimodal-fleet", now=None)
+    write_postmortem(pm, Path("samples/incident-a-multimodal-fleet/postmortem.md"))
+
+The document comes from the verdict (classify), the timeline (moments, TTD/TTM, events), the
+audit log (recovery steps) and the notes; `templates/` holds the Jinja2 templates (Google SRE
+style by default, Atlassian style as `atlassian`). Rendering reads no clock: `now` is the
+"generated" time, and without it the timeline's resolution time (see context.py). Output is
+redacted (secrets, request prompts) and written atomically.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from ..errors import BadInput
+from ..recovery.redact import redact_output
+from .render import BUNDLED, PostmortemError, resolve_template, validate, write_atomic
+
+DEFAULT_NAME = "postmortem.md"
+
+
+@dataclass(frozen=True)
+class Postmortem:
+    markdown: str
+    chart_svg: str | None             # None: no readings to draw, or the markdown goes to stdout
+    chart_name: str | None            # the chart's file name, beside the markdown
+    context: object                   # the views.Context it was rendered from
+
+
+def chart_name_for(output: Path) -> str:
+    return f"{output.stem}-memory.svg"
+
+
+def default_output(incident: str | Path) -> Path:
+    return Path(incident) / DEFAULT_NAME
+
+
+def render_postmortem(incident: str | Path, *, template: str | None = None, now: datetime | None = None,
+                      output: Path | None = None, inputs=None) -> Postmortem:
+    """`output`: where the markdown will be written (its chart goes beside it); None: stdout, no chart."""
+    from .context import build_context, load_inputs
+    from .render import render
+
+    chosen = resolve_template(template)
+    validate(chosen)                                  # a bad template fails before any reading
+    if inputs is None:
+        bundle = Path(incident)
+        if not bundle.is_dir():
+            raise BadInput(str(incident), "not an incident directory")
+        inputs = load_inputs(bundle)
+    chart_name = chart_name_for(output) if output is not None else None
+    context, chart = build_context(inputs, now=now, chart_link=chart_name)
+    markdown = redact_output(render(context, chosen))  # a last pass: literal text in a user template too
+    svg = redact_output(chart.svg) if chart.svg is not None and chart_name else None
+    return Postmortem(markdown, svg, chart_name if svg else None, context)
+
+
+def write_postmortem(pm: Postmortem, output: Path) -> list[Path]:
+    """The chart first, then the markdown that links it; each written atomically."""
+    written = []
+    if pm.chart_svg is not None and pm.chart_name:
+        chart = output.parent / pm.chart_name
+        write_atomic(chart, pm.chart_svg)
+        written.append(chart)
+    write_atomic(output, pm.markdown)
+    return [output] + written
+
+
+__all__ = ["BUNDLED", "DEFAULT_NAME", "Postmortem", "PostmortemError", "chart_name_for", "default_output",
+           "render_postmortem", "write_postmortem"]

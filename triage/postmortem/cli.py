@@ -1,0 +1,42 @@
+"""`triage postmortem`: the click command. The work is in the package; this parses and reports."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import BadInput
+
+
+@click.command()
+@click.argument("incident", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", metavar="FILE",
+              help="Where to write the markdown (default INCIDENT/postmortem.md; - for stdout, without the chart). "
+                   "The chart goes beside it as <name>-memory.svg.")
+@click.option("--template", metavar="FILE|NAME",
+              help="google (default, Google SRE style), atlassian, or a Jinja2 template file "
+                   "(checked before use; variables in templates/README.md).")
+@click.option("--now", "now_text", metavar="TIME",
+              help="The 'generated' time printed in the document (ISO 8601, UTC unless it has a zone). Default: the "
+                   "incident's resolution time, else incident.yaml created, so a rebuild is byte-identical.")
+def postmortem(incident: str, output: str | None, template: str | None, now_text: str | None) -> None:
+    """Write the postmortem for INCIDENT: Markdown from the verdict, timeline, audit log and notes.
+
+    Secrets and request prompts are masked; files are written atomically.
+    """
+    from . import default_output, render_postmortem, write_postmortem
+    from ..timeref import parse_iso
+
+    now = None
+    if now_text is not None:
+        now = parse_iso(now_text)
+        if now is None:
+            raise BadInput("--now", f"{now_text!r} is not an ISO 8601 time (e.g. 2026-03-12T15:00:00Z)")
+    to_stdout = output == "-"
+    target = None if to_stdout else Path(output) if output else default_output(incident)
+    pm = render_postmortem(incident, template=template, now=now, output=target)
+    if target is None:
+        click.echo(pm.markdown, nl=False)
+        return
+    for path in write_postmortem(pm, target):
+        click.echo(f"wrote {path}")

@@ -1,0 +1,102 @@
+"""The incident as a mermaid gantt diagram: the phases as bars, the key events as milestones.
+
+A gantt (not mermaid's `timeline`) because it puts real times on one axis, so TTD and TTM show as
+lengths. Task names cannot hold `:` `#` or `;` in mermaid, so those are replaced.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Sequence
+
+from .views import span
+
+MAX_MILESTONES = 14
+_PHASES = (("impact_start", "detected", "Time to detect"), ("detected", "first_response", "Time to respond"),
+           ("impact_start", "mitigated", "Time to mitigate"), ("mitigated", "resolved", "Recovery to resolution"))
+_SECTION = {"failure": "Failures", "detection": "Detection", "response": "Response", "recovery": "Recovery",
+            "note": "Notes", "signal": "Signals"}
+
+
+def gantt(title: str, moments: dict[str, Any], events: Sequence[Any]) -> str:
+    """`moments`: name -> Moment (time may be None); `events`: timeline Events (time, category, text, node)."""
+    times = {name: m.time for name, m in moments.items() if m is not None and m.time is not None}
+    lines = ["gantt", f"    title {_clean(title)} (UTC)", "    dateFormat YYYY-MM-DD HH:mm:ss",
+             "    axisFormat %H:%M"]
+    phases = [(label, times[a], times[b]) for a, b, label in _PHASES if a in times and b in times and times[b] > times[a]]
+    if "impact_start" in times and "resolved" in times:
+        phases.insert(0, ("Impact", times["impact_start"], times["resolved"]))
+    if phases:
+        lines.append("    section Incident")
+        for i, (label, start, end) in enumerate(phases):
+            crit = "crit, " if label == "Impact" else ""
+            lines.append(f"    {label} ({span(end - start)}) :{crit}p{i}, {_t(start)}, {_t(end)}")
+    picked = _milestones(events)
+    n = 0
+    for category in ("failure", "signal", "detection", "response", "recovery", "note"):
+        rows = [e for e in picked if e.category == category]
+        if not rows:
+            continue
+        lines.append(f"    section {_SECTION[category]}")
+        for e in rows:
+            n += 1
+            lines.append(f"    {_clean(_label(e))} :milestone, m{n}, {_t(e.time)}, 0d")
+    if len(lines) == 4:
+        lines.append("    section Evidence")
+        lines.append("    No dated events in the evidence :milestone, m0, 1970-01-01 00:00:00, 0d")
+    return "\n".join(lines) + "\n"
+
+
+_KIND_LABELS = {"gpu_oom": "GPU OOM", "engine_dead": "engine died", "process_died": "process died",
+                "host_oom_kill": "host OOM kill", "gpu_fault": "GPU fault", "engine_start_failed": "start-up failed",
+                "server_start": "server start", "startup_complete": "server ready", "restart": "restart"}
+
+
+_STEP = re.compile(r"recovery step '([^']+)' \(([^)]+)\): (\w+)")
+
+
+def _label(e: Any) -> str:
+    step = _STEP.match(e.text)
+    if step:                                          # a recovery step from actions.jsonl
+        return f"{step.group(1)} ({step.group(2)}) {step.group(3)}"
+    if e.kind in _KIND_LABELS:
+        text = _KIND_LABELS[e.kind]
+    elif e.kind.startswith("alert_"):
+        text = e.text.split(" (")[0]                  # "ALERT GPUMemoryExhausted firing"
+    else:
+        text = _short(e.text)
+    return f"{text} {e.node}" if e.node and e.node not in text else text
+
+
+def _milestones(events: Sequence[Any]) -> list[Any]:
+    """The first failure per node (a GPU OOM before the engine-dead line of the same second), and
+    every detection, response, recovery and note, in time order; when that is too many, the
+    earliest are kept, and the last."""
+    seen_nodes: set[Any] = set()
+    out = []
+    for e in sorted(events, key=lambda e: (e.time, e.kind != "gpu_oom")):
+        if e.category == "failure":
+            if e.node in seen_nodes:
+                continue
+            seen_nodes.add(e.node)
+        elif e.category == "signal":
+            continue
+        out.append(e)
+    if len(out) > MAX_MILESTONES:
+        keep = set(id(e) for e in out[: MAX_MILESTONES - 1]) | {id(out[-1])}
+        out = [e for e in out if id(e) in keep]
+    return out
+
+
+def _t(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _clean(text: str) -> str:
+    # mermaid gantt: ':' separates the task name from its data, '#' and ';' end a statement.
+    return " ".join(re.sub(r"[:#;]", " ", text).split())

@@ -1,0 +1,138 @@
+"""`INCIDENT/actions.jsonl` (the recovery audit log) -> one timeline event per recovery step.
+
+A step writes a start and an end record; the event spans them (time = start, until = end). A
+deep health check that passed (`wait_healthy`, `verify`) is recovery evidence: the first one
+after the last failure marks the incident mitigated. The hash chain is checked with the audit
+module's own verifier, so an edited or truncated line is reported with its line number.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..recovery.redact import redact_output
+from ..timeref import parse_iso
+from .raw import Raw
+
+FILENAME = "actions.jsonl"
+HEALTH_ACTIONS = frozenset({"wait_healthy", "verify", "health_check", "deep_health_check"})
+
+
+def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
+    """(events, problems, file present)."""
+    path = Path(incident) / FILENAME
+    if not path.exists():
+        return [], [], False
+    from ..recovery.audit import verify
+
+    problems = [_cite(p) for p in verify(path).problems]
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:
+        return [], [f"{FILENAME}: cannot read: {exc.strerror or exc}"], True
+    records: list[tuple[int, dict[str, Any]]] = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            continue                      # verify() reported it with its line number
+        if isinstance(obj, dict):
+            if _time(obj) is None:
+                problems.append(f"{FILENAME}:{n}: no valid 'time'; step left out of the timeline")
+                continue
+            records.append((n, obj))
+    return _steps(records, problems), problems, True
+
+
+def _cite(problem: str) -> str:
+    """audit.verify's `line 3: ...` -> `actions.jsonl:3: ...`."""
+    if problem.startswith("line "):
+        number, _, rest = problem[5:].partition(":")
+        if number.isdigit():
+            return f"{FILENAME}:{number}:{rest}"
+    return f"{FILENAME}: {problem}"
+
+
+def _steps(records: list[tuple[int, dict[str, Any]]], problems: list[str]) -> list[Raw]:
+    out: list[Raw] = []
+    open_steps: dict[tuple, tuple[int, dict[str, Any]]] = {}
+    last_time: datetime | None = None
+    for n, rec in records:
+        when = _time(rec)
+        assert when is not None
+        if last_time is not None and when < last_time:
+            problems.append(f"{FILENAME}:{n}: time {rec.get('time')} is before the record above it")
+        last_time = max(when, last_time) if last_time else when
+        key = (rec.get("run_id"), rec.get("step"), rec.get("action"))
+        if rec.get("phase") == "start":
+            if key in open_steps:
+                problems.append(f"{FILENAME}:{open_steps[key][0]}: step {key[1]!r} started again at line {n} "
+                                "without an end record")
+                out.append(_event(*open_steps[key], None, None))
+            open_steps[key] = (n, rec)
+        elif rec.get("phase") == "end":
+            start = open_steps.pop(key, None)
+            if start is None:
+                problems.append(f"{FILENAME}:{n}: end of step {key[1]!r} without a start record")
+                out.append(_event(n, rec, None, None))
+                continue
+            if when < (_time(start[1]) or when):
+                problems.append(f"{FILENAME}:{n}: step {key[1]!r} ends ({rec.get('time')}) before it started "
+                                f"({start[1].get('time')}, line {start[0]})")
+            out.append(_event(start[0], start[1], n, rec))
+        else:
+            out.append(_event(n, rec, None, None))
+    for n, rec in open_steps.values():
+        problems.append(f"{FILENAME}:{n}: step {rec.get('step')!r} has no end record (interrupted, or still running)")
+        out.append(_event(n, rec, None, None))
+    return out
+
+
+def _event(n: int, rec: dict[str, Any], end_n: int | None, end: dict[str, Any] | None) -> Raw:
+    action = str(rec.get("action") or "?")
+    step = rec.get("step") or action
+    result = (end or {}).get("result") if end is not None else None
+    if end is None and rec.get("phase") == "end":
+        end, result = rec, rec.get("result")
+    health = action in HEALTH_ACTIONS
+    if health and result == "ok":
+        kind, category = "health_check_passed", "recovery"
+    elif health and result is not None:
+        kind, category = "health_check_failed", "response"
+    else:
+        kind, category = "action", "response"
+    text = f"recovery step {step!r} ({action}): {result or 'no end record'}"
+    duration = (end or {}).get("duration_s")
+    if isinstance(duration, (int, float)):
+        text += f" after {duration:.1f} s"
+    if rec.get("user"):
+        text += f" by {rec['user']}"
+    detail = _last_line((end or {}).get("output_tail"))
+    if detail:
+        text += f" — {detail}"
+    sources = [f"{FILENAME}:{n}"] + ([f"{FILENAME}:{end_n}"] if end_n else [])
+    return Raw(_time(rec), kind, category, redact_output(text), sources[0], FILENAME, _node(rec),
+               key=f"{rec.get('run_id')}|{step}|{n}", until=_time(end) if end is not None and end is not rec else None,
+               extra_sources=tuple(sources[1:]))
+
+
+def _node(rec: dict[str, Any]) -> str | None:
+    args = rec.get("args") if isinstance(rec.get("args"), dict) else {}
+    value = rec.get("node") or args.get("node")
+    return str(value) if value else None
+
+
+def _time(rec: dict[str, Any] | None) -> datetime | None:
+    value = (rec or {}).get("time")
+    return parse_iso(value) if isinstance(value, str) else None
+
+
+def _last_line(text: Any) -> str:
+    if not isinstance(text, str):
+        return ""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""

@@ -1,0 +1,114 @@
+"""`build_timeline(INCIDENT)`: every source of a bundle -> one ordered, merged timeline."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import BadInput
+from ..model import EvidenceSet
+from ..recovery.redact import redact_output
+from .actions import read_actions
+from .from_evidence import from_evidence
+from .incident import IncidentInfo, load_incident
+from .merge import merge
+from .model import Timeline
+from .moments import compute
+from .notes import FILENAME as NOTES, Note, read_notes
+from .raw import Raw
+
+# parser name -> what its absence costs the timeline
+_EXPECTED_SOURCES = (
+    ("log", "no server logs (logs/) — OOM, engine death and restart times unknown"),
+    ("prometheus", "no /metrics scrapes (metrics/) — no KV-usage or queue series"),
+    ("nvidia_smi", "no nvidia-smi readings (gpu/) — no GPU memory series, no discrepancy check"),
+    ("kubernetes", "no Kubernetes pod status or events (k8s/) — pod restarts not shown"),
+)
+
+
+def build_timeline(incident: str | Path) -> Timeline:
+    info = load_incident(incident)
+    evidence = _evidence(info)
+    found = from_evidence(evidence)
+    notes, note_problems = read_notes(info.path)
+    action_raws, action_problems, has_actions = read_actions(info.path)
+    has_notes = (info.path / NOTES).exists()
+    if not evidence.sources and not has_notes and not has_actions:
+        raise BadInput(str(incident), "nothing to build a timeline from: no evidence files, notes.jsonl or "
+                                      "actions.jsonl")
+    for i, r in enumerate(action_raws):   # at equal times: evidence, then notes, then recovery steps
+        r.order = 2 * 10**12 + i
+    raws = found.raws + [_note_raw(n) for n in notes] + action_raws
+    _lifecycle(raws)
+    events = merge(raws)
+    kinds = {s.kind for s in evidence.sources if s.records}
+    result = compute(events, found.alerts, notes, info, has_alert_files="alertmanager" in kinds)
+    missing = _missing(info, kinds, has_notes, has_actions) + result.missing
+    # A skipped README or rendered postmortem is no problem of the timeline; a damaged log is.
+    skipped = [w for w in evidence.warnings if not w.endswith("(not an evidence file)")]
+    problems = skipped + found.problems + note_problems + action_problems + result.problems
+    # Every export (table, --json, --csv, the postmortem) starts from this object: mask here, once.
+    return Timeline(
+        incident_id=redact_output(info.id),
+        title=redact_output(info.title) if info.title else info.title,
+        events=[replace(e, text=redact_output(e.text)) for e in events],
+        moments={k: replace(m, how=redact_output(m.how)) for k, m in result.moments.items()},
+        durations=result.durations,
+        nodes=sorted({e.node for e in events if e.node}),
+        fleet_size=info.fleet_size,
+        problems=[redact_output(p) for p in problems],
+        missing=missing,
+        time_note=next((s.time_note for s in evidence.sources if s.time_note), None),
+    )
+
+
+RELAUNCH_DIR = "recovery"      # logs of servers `triage recover` relaunched (not evidence of the failure)
+
+
+def _evidence(info: IncidentInfo) -> EvidenceSet:
+    from ..evidence import load_evidence
+
+    if not any(p.is_file() for p in info.path.rglob("*")):
+        raise BadInput(str(info.path), "the incident directory is empty")
+    evidence = load_evidence([str(info.path)], require=False)
+    relaunched = info.path / RELAUNCH_DIR
+    if relaunched.is_dir() and any(p.is_file() for p in relaunched.rglob("*")):
+        # The classifier leaves these out (what happened after the incident must not change its
+        # diagnosis); the timeline wants them: the relaunched server starting, or failing again.
+        extra = load_evidence([str(relaunched)], tz=info.tz_name, require=False)
+        prefix = f"{RELAUNCH_DIR}/"
+        evidence.items.extend(replace(e, source=prefix + e.source) for e in extra.items)
+        evidence.sources.extend(replace(s, path=prefix + s.path) for s in extra.sources)
+        evidence.warnings.extend(prefix + w for w in extra.warnings)
+    return evidence
+
+
+def _note_raw(note: Note) -> Raw:
+    return Raw(note.time, "note", "note", note.text, note.source, NOTES, None, key=note.source, order=10**12 + note.line)
+
+
+def _lifecycle(raws: list[Raw]) -> None:
+    """Start-up lines: a restart when the node failed before, recovery once the incident began."""
+    failures = sorted(r.time for r in raws if r.category == "failure")
+    impact = failures[0] if failures else None
+    first_failure: dict[str | None, object] = {}
+    for r in sorted((r for r in raws if r.category == "failure"), key=lambda r: r.time):
+        first_failure.setdefault(r.node, r.time)
+    for r in raws:
+        if r.category != "lifecycle":
+            continue
+        failed = first_failure.get(r.node)
+        if r.kind == "server_start" and failed is not None and failed <= r.time:
+            r.kind = "restart"
+        r.category = "recovery" if impact is not None and r.time >= impact else "signal"
+
+
+def _missing(info: IncidentInfo, kinds: set[str], has_notes: bool, has_actions: bool) -> list[str]:
+    out = []
+    if not info.has_yaml:
+        out.append("no incident.yaml — title and date unknown; zone-less times read as UTC")
+    out += [why for kind, why in _EXPECTED_SOURCES if kind not in kinds]
+    if not has_notes:
+        out.append("no notes.jsonl — nothing people noted (add with `triage note INCIDENT \"...\" --at 14:19`)")
+    if not has_actions:
+        out.append("no actions.jsonl — no recovery steps recorded by `triage recover --execute`")
+    return out
