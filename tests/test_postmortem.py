@@ -440,3 +440,15 @@ def test_context_from_a_fake_timeline_states_lessons_from_notes():
     assert "no alerts" in ctx.missing and "x.log: out of order" in ctx.problems
     assert ctx.moments["detected"].time is None
     assert all(s.lead and s.lead.endswith("before impact") for s in ctx.detection.sooner)
+
+
+def test_a_bundle_with_notes_but_no_evidence_still_renders_and_says_what_to_attach(tmp_path, runner):
+    from triage.cli import main
+
+    bundle = tmp_path / "bare"
+    bundle.mkdir()
+    (bundle / "notes.jsonl").write_text(json.dumps({"time": "2026-03-12T14:19:00Z", "recorded_at": "2026-03-12T14:19:05Z",
+                                                    "author": "oncall", "text": "pods crash-looping"}) + "\n")
+    result = runner.invoke(main, ["postmortem", str(bundle), "-o", "-"])
+    assert result.exit_code == 0, result.stderr
+    assert "triage verdict `unknown`" in result.stdout and "pods crash-looping" in result.stdout

@@ -43,12 +43,16 @@ class Inputs:
 
 
 def load_inputs(incident: str | Path) -> Inputs:
-    from ..api import classify_paths
+    from ..evidence import load_evidence
+    from ..flowchart import classify
     from ..timeline import build_timeline
 
     bundle = Path(incident)
-    verdict, evidence = classify_paths([str(bundle)])
-    return Inputs(bundle, verdict, evidence, build_timeline(bundle), read_meta(bundle), read_steps(bundle))
+    timeline = build_timeline(bundle)      # refuses a bundle with nothing at all in it
+    # A bundle with notes and an audit log but no evidence files still gets its postmortem: the
+    # verdict is then `unknown` and names what to attach.
+    evidence = load_evidence([str(bundle)], require=False)
+    return Inputs(bundle, classify(evidence), evidence, timeline, read_meta(bundle), read_steps(bundle))
 
 
 def read_meta(bundle: Path) -> dict[str, Any]:
@@ -232,7 +236,7 @@ def _generated(now: datetime | None, tl: Any, meta: dict[str, Any], evidence: Ev
     times = [e.time for e in tl.events if e.time is not None] or [e.time for e in evidence if e.time]
     if times:
         return stamp(max(times)) + " UTC", "last dated event"
-    return "unknown", "nothing dated in the bundle"
+    return "unknown", "bundle holds no dated record"
 
 
 def _node_sources(events: Sequence[Any], nodes: Sequence[str]) -> tuple[str, ...]:
