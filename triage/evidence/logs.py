@@ -437,7 +437,7 @@ def _has_long_line(buf: bytes, cut: int) -> bool:
 # uvicorn's request line ends `HTTP/1.1" <status>`; a URL that merely contains "HTTP/1." does not
 # end with the quote, so it cannot make a chunk look like access lines only.
 ACCESS_MARK = b'HTTP/1.1" '
-CHUNK = 4 * 1024
+CHUNK = 8 * 1024
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
