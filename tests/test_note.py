@@ -62,6 +62,14 @@ def test_bare_time_after_midnight_lands_on_the_next_day(incident):
     assert append_note(root, "still down", at="00:10", now=NOW)["time"] == "2026-03-12T00:10:00.000Z"
 
 
+def test_bare_time_before_midnight_lands_on_the_day_before(incident):
+    # Opened just after midnight; the impact began before it. The day after, --at 23:55 is that evening.
+    root = incident(created="2026-03-12T00:10:00Z")
+    record = append_note(root, "first errors", at="23:55", now=NOW)
+    assert record["time"] == "2026-03-11T23:55:00.000Z" and "2026-03-11" in record["at_note"]
+    assert append_note(root, "paged", at="00:12", now=NOW)["time"] == "2026-03-12T00:12:00.000Z"
+
+
 def test_without_incident_yaml_a_bare_time_is_today(tmp_path):
     record = append_note(tmp_path, "paged", at="09:00", now=NOW)
     assert record["time"] == "2026-03-12T09:00:00.000Z" and "today" in record["at_note"]
@@ -137,3 +145,16 @@ def test_cli_note_prints_what_it_wrote(runner, tmp_path):
     assert bad.exit_code == ExitCode.BAD_INPUT and bad.stderr.count("\n") == 1 and "in the future" in bad.stderr
     moment = runner.invoke(main, ["note", str(root), "over", "--moment", "resolved"])
     assert moment.exit_code == ExitCode.OK and "(sets resolved)" in moment.stdout
+
+
+def test_a_note_is_kept_when_incident_yaml_is_broken(runner, tmp_path):
+    # In the middle of an outage a typo in incident.yaml must not stop people from taking notes.
+    root = tmp_path / "inc"
+    root.mkdir()
+    (root / "incident.yaml").write_text('id: x\ntitle: "unterminated\n')
+    result = runner.invoke(main, ["note", str(root), "rolled back gpu-node-05"])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert lines(root)[0]["text"] == "rolled back gpu-node-05"
+    assert "warning" in result.stderr and "incident.yaml" in result.stderr
+    at = runner.invoke(main, ["note", str(root), "x", "--at", "14:19"])   # --at needs the date and zone
+    assert at.exit_code == ExitCode.BAD_INPUT and "incident.yaml" in at.stderr and len(lines(root)) == 1

@@ -81,6 +81,9 @@ def test_incident_a_figures_are_the_write_ups():
     assert ctx.moments["impact_start"].time == "14:16:52" and ctx.moments["resolved"].time == "14:46:39"
     assert ctx.durations["ttd"].text and ctx.durations["ttm"].text
     assert ctx.impact.fleet_size == 16 and ctx.impact.nodes_affected == 3
+    assert ctx.impact.nodes_added == ("gpu-node-21",)               # the scale-out's node is not one of the 16
+    assert "2 of 16 nodes of support-chat-api (and 1 node added during the incident)" in ctx.summary[0].text
+    assert "13 of 16 nodes down, as noted at 14:19:00" in ctx.summary[0].text
     assert ctx.root_cause.oom_class == "burst"
     assert {c.id for c in ctx.root_cause.causes} >= {"accounting_discrepancy", "known_engine_bug"}
     text = pm.markdown
@@ -124,6 +127,10 @@ def test_user_template_is_validated_before_rendering(tmp_path):
         "unknown.j2": ("{{ incident.title }} {{ verdict }}\n", r"unknown variable\(s\) verdict"),
         "field.j2": ("line one\n{{ incident.titel }}\n", r"field\.j2:2: incident has no field 'titel'"),
         "deep.j2": ("a\nb\n{{ impact.duration.minutes }}\n", r"deep\.j2:3: UndefinedError"),
+        "filter.j2": ("a\n{{ incident.title | cites }}\n",
+                      r"filter\.j2:2: template syntax error: No filter named 'cites'"),
+        "test.j2": ("{% if incident.title is bogus %}x{% endif %}\n",
+                    r"test\.j2:1: template syntax error: no test named 'bogus'"),
     }
     for name, (body, message) in cases.items():
         path = tmp_path / name
@@ -212,11 +219,70 @@ def _planted_bundle(tmp_path: Path) -> Path:
                {"seq": 2, "time": "2026-03-12T14:31:05Z", "run_id": "r", "step": "restart", "action": "restart",
                 "phase": "end", "result": "ok", "args": {}, "output_tail": EVERYTHING, "prev": "0" * 64, "hash": "0" * 64}]
     (bundle / "actions.jsonl").write_text("".join(json.dumps(a) + "\n" for a in actions))
+    _plant_more(bundle)
     return bundle
 
 
+def _plant_more(bundle: Path) -> None:
+    """The other source kinds, and secrets placed where outputs cut text (a cut secret is no longer
+    recognisable, so it must be masked before the cut)."""
+    launch = bundle / "logs" / "gpu-node-21.log"             # its launch line is cited as evidence, cut at 300
+    lines = launch.read_text().split("\n")
+    lines[1] = lines[1].replace("response_role='assistant'", f"hf_token='{HF}'")
+    lines = [ln + f" {EVERYTHING}" if "Engine background task failed" in ln else ln for ln in lines]
+    launch.write_text("\n".join(lines))
+    for prom in (bundle / "metrics").glob("*.prom"):        # label values and comments of a scrape
+        text = prom.read_text().replace('model_name="support-chat-mm"', f'model_name="mm {HF} {SK}"')
+        prom.write_text(text + f"# HELP planted {EVERYTHING}\n")
+    for smi in (bundle / "gpu").glob("*.csv"):                # nvidia-smi's name column
+        smi.write_text(smi.read_text().replace("NVIDIA A100-SXM4-80GB", f"NVIDIA A100 {HF}"))
+    (bundle / "gpu" / "dmesg.txt").write_text(
+        f"Mar 12 14:30:01 gpu-node-09 kernel: python3 --api-key {SK} invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), "
+        "order=0, oom_score_adj=0\n"
+        "Mar 12 14:30:01 gpu-node-09 kernel: Out of memory: Killed process 4242 (python3) total-vm:1000kB, "
+        f"anon-rss:900kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:10kB oom_score_adj:0 {EVERYTHING}\n")
+    pod = json.loads((bundle / "k8s" / "pod.json").read_text())
+    pod["spec"]["containers"][0]["env"] = [{"name": "HF_TOKEN", "value": HF}]
+    for cs in pod["status"]["containerStatuses"]:             # the termination message: the log's last lines
+        cs["lastState"]["terminated"]["message"] = EVERYTHING
+    (bundle / "k8s" / "pod.json").write_text(json.dumps(pod, indent=2))
+    (bundle / "k8s" / "events.json").write_text(json.dumps({"kind": "EventList", "items": [{
+        "reason": "OOMKilling", "message": f"Memory cgroup out of memory: Killed process 77 (vllm) {EVERYTHING}",
+        "type": "Warning", "involvedObject": {"kind": "Node", "name": "gpu-node-09"}, "source": {"host": "gpu-node-09"},
+        "lastTimestamp": "2026-03-12T14:30:02Z", "count": 1}]}))
+    for alert in (bundle / "alerts").glob("*.json"):          # a probe URL with credentials as the node label
+        data = json.loads(alert.read_text())
+        for a in data["alerts"]:
+            a["labels"]["instance"] = f"https://probe:{URL_PW}@10.12.4.37:9400"
+            a["labels"].pop("Hostname", None)
+            a["generatorURL"] = f"https://admin:{URL_PW}@prometheus/graph"
+        alert.write_text(json.dumps(data))
+    (bundle / "recovery").mkdir()                             # a relaunched server's log
+    (bundle / "recovery" / "relaunch-20260312T143500Z.log").write_text(
+        "INFO 03-12 14:35:00 api_server.py:459] vLLM API server version 0.7.1\n"
+        f"INFO 03-12 14:35:00 api_server.py:460] args: Namespace(api_key='{SK}', hf_token='{HF}')\n"
+        f"INFO 03-12 14:36:00 logger.py:36] Received request chatcmpl-2: prompt: '{PROMPT}', params: "
+        "SamplingParams(n=1), prompt_token_ids: [1, 12345678], lora_request: None.\n"
+        f"ERROR 03-12 14:36:01 async_llm_engine.py:63] Engine background task failed {EVERYTHING}\n")
+    records = [json.loads(ln) for ln in (bundle / "actions.jsonl").read_text().splitlines()]
+    records += [{"seq": 3, "time": "2026-03-12T14:32:00Z", "run_id": "r", "step": "healthy", "action": "wait_healthy",
+                 "phase": "start", "args": {}},
+                {"seq": 4, "time": "2026-03-12T14:33:00Z", "run_id": "r", "step": "healthy", "action": "wait_healthy",
+                 "phase": "end", "result": "ok", "output_tail": "x" * 185 + " " + HF}]   # cut at 200 inside the token
+    (bundle / "actions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with (bundle / "notes.jsonl").open("a") as fh:           # a note quoted (and cut) in the key moments
+        fh.write(json.dumps({"time": "2026-03-12T14:46:39Z", "text": "y" * 70 + f" {HF} #resolved"}) + "\n")
+
+
+def _fragments(secret: str) -> list[str]:
+    """Pieces of a secret's own characters (past a kept prefix such as `hf_`): a cut secret leaks one."""
+    body = secret[8:] if secret.startswith("sk-proj-") else secret[3:] if secret.startswith("hf_") else secret
+    return [secret] if " " in secret else [body[i:i + 6] for i in range(0, len(body) - 5, 3)]
+
+
 def _assert_clean(outputs: dict[str, str]) -> None:
-    leaks = [f"{secret[:12]}... in {where}" for where, text in outputs.items() for secret in SECRETS if secret in text]
+    leaks = [f"{piece} of {secret[:12]}... in {where}" for where, text in outputs.items() for secret in SECRETS
+             for piece in _fragments(secret) if piece in text]
     assert not leaks, leaks
 
 
@@ -232,6 +298,7 @@ def test_no_planted_secret_survives_in_the_postmortem(tmp_path, runner):
     assert result.exit_code == 0, result.output
     outputs["postmortem -o -"] = result.output
     _assert_clean(outputs)
+    assert "https://probe:***@10.12.4.37" in outputs["postmortem google"]     # the node label, masked
     assert "hf_***" in outputs["postmortem google"] and "prompt: '***'" in outputs["postmortem google"]
 
 
@@ -301,6 +368,22 @@ def test_corrupt_actions_line_is_reported_with_its_line_number(tmp_path):
     assert any("damaged" in c.text for c in pm.context.lessons.went_wrong)
 
 
+def test_a_damaged_audit_log_is_one_lesson_and_a_lost_start_leaves_the_start_unknown(tmp_path):
+    bundle = tmp_path / "b"
+    shutil.copytree(sample("prefix-cache-oom-b"), bundle, ignore=shutil.ignore_patterns("postmortem*"))
+    lines = (bundle / "actions.jsonl").read_text().splitlines(keepends=True)
+    lines[2] = lines[2][:40] + "\n"                                # the start of step 'stop', cut
+    lines.insert(9, "not json\n")
+    (bundle / "actions.jsonl").write_text("".join(lines))
+    ctx = render_postmortem(bundle, output=bundle / "pm.md").context
+    damaged = [c for c in ctx.lessons.went_wrong if "damaged" in c.text]
+    assert len(damaged) == 1 and "more problems, listed in the appendix" in damaged[0].text
+    assert sum(p.startswith("actions.jsonl") for p in ctx.problems) >= 4
+    stop = next(s for s in ctx.response.steps if s.step == "stop")
+    assert stop.started is None and stop.ended == "14:55:44" and stop.sources == ("actions.jsonl:4",)
+    assert "1 skipped" in " ".join(c.text for c in ctx.lessons.went_well)
+
+
 def test_not_a_directory_is_one_clear_error(tmp_path, runner):
     result = runner.invoke(main, ["postmortem", str(tmp_path / "nope")])
     assert result.exit_code == 2                                   # click: the path does not exist
@@ -330,6 +413,37 @@ def test_cli_writes_markdown_and_chart_beside_it(tmp_path, runner):
                          (["-o", str(tmp_path / "no" / "dir" / "pm.md")], "output directory does not exist")):
         result = runner.invoke(main, ["postmortem", str(bundle), *bad])
         assert result.exit_code == 1 and message in result.output and len(result.output.splitlines()) == 1
+
+
+def test_output_directory_empty_name_and_unwritable_targets(tmp_path, runner):
+    bundle = sample("prefix-cache-oom-b")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = runner.invoke(main, ["postmortem", str(bundle), "-o", str(out), "--now", "2024-10-18T09:00:00Z"])
+    assert result.exit_code == 0, result.output                 # a directory: postmortem.md in it
+    assert sorted(p.name for p in out.iterdir()) == ["postmortem-memory.svg", "postmortem.md"]
+    result = runner.invoke(main, ["postmortem", str(bundle), "-o", ""])
+    assert result.exit_code == 2 and "empty file name" in result.output
+    assert not (bundle / "postmortem.md").read_text().startswith("x")    # the sample's own file untouched
+    pm = render_postmortem(bundle, output=tmp_path / "pm.md")
+    with pytest.raises(PostmortemError, match="is a directory"):
+        write_postmortem(pm, out)                                # nothing written beside it first
+    assert not (tmp_path / "out-memory.svg").exists()
+
+
+def test_written_files_get_the_usual_mode(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        render_mod.write_atomic(tmp_path / "new.md", "x\n")
+        (tmp_path / "kept.md").write_text("old\n")
+        (tmp_path / "kept.md").chmod(0o640)
+        render_mod.write_atomic(tmp_path / "kept.md", "new\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "new.md").stat().st_mode & 0o777 == 0o644      # not mkstemp's 0600: the team reads it
+    assert (tmp_path / "kept.md").stat().st_mode & 0o777 == 0o640     # a replaced file keeps its mode
 
 
 def test_write_is_atomic(tmp_path, monkeypatch):
@@ -399,6 +513,29 @@ def test_gantt_is_valid_mermaid_shape():
         assert re.match(r"(crit, |milestone, )?(p|m)\d+, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, ", data), task
     assert "    GPU OOM node-1 :milestone, m1, 2026-03-12 14:16:52, 0d" in lines   # the OOM, not the engine-dead line
     assert sum(1 for ln in lines if "node-1" in ln) == 1
+
+
+def test_gantt_task_names_that_read_as_statements_are_prefixed():
+    from triage.timeline import Event, Moment
+
+    t0 = datetime(2026, 3, 12, 14, 0, tzinfo=UTC)
+    texts = ["click the rollback button", "section 3 of the fleet down", "Title: wrong", "%% not a comment",
+             "weekday traffic", "accDescr { x", "call the vendor", ":;#", "scaled out"]
+    events = [Event(t0 + timedelta(minutes=i), "note", "note", t, ("notes.jsonl:1",)) for i, t in enumerate(texts)]
+    text = gantt("INC-1", {"impact_start": Moment("impact_start", t0, "a:1", "x")}, events)
+    names = [ln.strip().partition(" :milestone")[0] for ln in text.splitlines() if ":milestone" in ln]
+    assert names == ["- click the rollback button", "- section 3 of the fleet down", "- Title wrong",
+                     "- %% not a comment", "- weekday traffic", "- accDescr { x", "- call the vendor", "(no text)",
+                     "scaled out"]
+
+
+def test_excerpts_are_masked_before_they_are_cut():
+    from triage.postmortem.signals import excerpt
+
+    line = "args: Namespace(" + "x" * 250 + f", api_key='{SK}', hf_token='{HF}')"
+    for limit in range(len(line) - 80, len(line), 3):
+        cut = excerpt(line, limit)
+        assert all(piece not in cut for secret in (SK, HF) for piece in _fragments(secret)), (limit, cut)
 
 
 # -- the context contract, with an in-memory timeline --------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from triage.cli import main
 from triage.errors import BadInput, ExitCode
-from triage.timeline import build_timeline, to_frame
+from triage.timeline import build_timeline, to_csv, to_frame, to_json
 from triage.timeline.raw import node_from_file
 
 from tests.conftest import sample
@@ -301,3 +301,69 @@ def test_classification_ignores_notes_and_actions():
     _, evidence = classify_paths([str(sample(B))])
     assert not any(s.path.endswith(".jsonl") for s in evidence.sources)
     assert not any(".jsonl" in w for w in evidence.warnings)
+
+
+def test_preemptions_logged_in_one_second_are_each_counted(tmp_path):
+    # The scheduler preempts many sequence groups in one step and warns once for each.
+    lines = [PREEMPT.format(t=f"13:00:0{s}", i=10 * s + k, n=10 * s + k + 1) for s in range(3) for k in range(10)]
+    tl = build_timeline(bundle(tmp_path, {"logs/vllm.log": "".join(lines) + OOM}))
+    row = next(e for e in tl.events if e.kind == "preemption")
+    assert row.count == 30 and row.time == utc("2024-10-17T13:00:00Z") and row.until == utc("2024-10-17T13:00:02Z")
+    (tmp_path / "one").mkdir()
+    one = build_timeline(bundle(tmp_path / "one", {"logs/vllm.log": "".join(lines[:5]) + OOM}))
+    row = next(e for e in one.events if e.kind == "preemption")
+    assert row.count == 5 and row.until == row.time
+
+
+def test_node_labels_are_masked_like_the_text(tmp_path):
+    # A blackbox probe's `instance` label is a URL, sometimes with credentials in it.
+    root = bundle(tmp_path, {"logs/vllm.log": OOM, "alerts/2024-10-17T14-48-00Z.json": alert_payload(
+        "firing", "VLLMDown", "2024-10-17T14:47:30Z", instance="https://probe:Pl4ntedPa55w0rd@10.0.0.7:9115")})
+    tl = build_timeline(root)
+    assert "https://probe:***@10.0.0.7" in tl.nodes
+    assert "Pl4ntedPa55w0rd" not in json.dumps(to_json(tl)) and "Pl4ntedPa55w0rd" not in to_csv(tl)
+
+
+def test_a_recovery_step_output_is_masked_before_it_is_cut(tmp_path):
+    token = "hf_" + "Zq8Wn3Lp5Rt7Yv9Bx2Cd4Fg6Hj8Km0Ns"
+    recs = [{"time": "2024-10-17T14:50:00Z", "run_id": "r", "step": "s", "action": "verify", "phase": "start"},
+            {"time": "2024-10-17T14:51:00Z", "run_id": "r", "step": "s", "action": "verify", "phase": "end",
+             "result": "ok", "output_tail": "x" * 185 + " " + token}]       # the 200-character cut falls in the token
+    root = bundle(tmp_path, {"logs/vllm.log": OOM, "actions.jsonl": "".join(json.dumps(r) + "\n" for r in recs)})
+    text = next(e.text for e in build_timeline(root).events if e.kind == "health_check_passed")
+    assert "Zq8Wn3" not in text and "hf_***" in text
+
+
+def test_unusable_incident_yaml_values_are_reported(tmp_path):
+    root = bundle(tmp_path, {"logs/vllm.log": OOM}, fleet_size="sixteen", moments="[14:19]")
+    text = (tmp_path / "incident" / "incident.yaml").read_text().replace('created: "2024-10-17T14:47:06Z"',
+                                                                         'created: "yesterday-ish"')
+    (tmp_path / "incident" / "incident.yaml").write_text(text)
+    tl = build_timeline(root)
+    problems = "\n".join(tl.problems)
+    for words in ("incident.yaml created: 'yesterday-ish' is not a time", "incident.yaml fleet_size: 'sixteen'",
+                  "incident.yaml moments: not a mapping"):
+        assert words in problems, problems
+    assert tl.fleet_size is None
+
+
+def test_given_evidence_is_used_and_left_as_it_was(tmp_path, monkeypatch):
+    import triage.evidence as ev_mod
+    from triage.evidence import load_evidence
+
+    root = tmp_path / "a"
+    shutil.copytree(sample(A), root, ignore=shutil.ignore_patterns("postmortem*"))
+    (root / "recovery").mkdir()
+    (root / "recovery" / "relaunch.log").write_text(
+        "INFO 03-12 14:40:00 api_server.py:459] vLLM API server version 0.7.1\n")
+    evidence = load_evidence([str(root)], require=False)
+    before = len(evidence.items)
+    calls = []
+    real = ev_mod.load_evidence
+    monkeypatch.setattr(ev_mod, "load_evidence", lambda paths, **kw: calls.append(paths) or real(paths, **kw))
+    tl = build_timeline(root, evidence=evidence)
+    assert calls == [[str(root / "recovery")]]          # the bundle is not parsed again; only the relaunch logs
+    assert len(evidence.items) == before                 # what was classified did not gain the relaunch logs
+    assert any(s.startswith("recovery/") for e in tl.events for s in e.sources)
+    assert [(e.kind, e.sources) for e in tl.events if not any(s.startswith("recovery/") for s in e.sources)] == \
+        [(e.kind, e.sources) for e in build_timeline(sample(A)).events]

@@ -169,8 +169,8 @@ def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
         new = 2 ** int(math.log2(running * 0.75))     # a power of two below the concurrency that failed
         if new < running and (cur_seqs is None or new < cur_seqs):
             out.append(Recommendation("max_num_seqs", cur_seqs, new,
-                                      f"{int(running)} requests were running when it failed; cap concurrency below "
-                                      "that (and rate-limit per pod at the gateway)", "incident"))
+                                      f"up to {int(running)} requests were running in the minute before it failed; cap "
+                                      "concurrency below that (and rate-limit per pod at the gateway)", "incident"))
     elif cur_seqs and cur_seqs > 128:
         out.append(Recommendation("max_num_seqs", cur_seqs, 128, "vLLM's default concurrency is optimistic; match the "
                                   "real peak behind the load balancer", "rule_of_thumb"))

@@ -58,8 +58,18 @@ def render_postmortem(incident: str | Path, *, template: str | None = None, now:
     return Postmortem(markdown, svg, chart_name if svg else None, context)
 
 
+def check_output(output: Path) -> None:
+    """Refuse a target that cannot be written before anything is: nothing is left half-way."""
+    directory = output.parent if str(output.parent) else Path(".")
+    if output.is_dir():
+        raise PostmortemError(f"{output}: is a directory (give a file name, e.g. {output / DEFAULT_NAME})")
+    if not directory.is_dir():
+        raise PostmortemError(f"{directory}: output directory does not exist")
+
+
 def write_postmortem(pm: Postmortem, output: Path) -> list[Path]:
     """The chart first, then the markdown that links it; each written atomically."""
+    check_output(output)
     written = []
     if pm.chart_svg is not None and pm.chart_name:
         chart = output.parent / pm.chart_name
@@ -69,5 +79,5 @@ def write_postmortem(pm: Postmortem, output: Path) -> list[Path]:
     return [output] + written
 
 
-__all__ = ["BUNDLED", "DEFAULT_NAME", "Postmortem", "PostmortemError", "chart_name_for", "default_output",
-           "render_postmortem", "write_postmortem"]
+__all__ = ["BUNDLED", "DEFAULT_NAME", "Postmortem", "PostmortemError", "chart_name_for", "check_output",
+           "default_output", "render_postmortem", "write_postmortem"]

@@ -74,7 +74,8 @@ def _pair(records: list[tuple[int, dict[str, Any]]]) -> list[RecoveryStep]:
 
 
 def _step(i: int, start_n: int, start: dict[str, Any], end: tuple[int, dict[str, Any]] | None) -> RecoveryStep:
-    began = _time(start.get("time"))
+    # An end record without its start (a lost or corrupt line): when it began is unknown.
+    began = None if end is not None and end[1] is start else _time(start.get("time"))
     end_rec = end[1] if end else None
     ended = _time(end_rec.get("time")) if end_rec else None
     duration = end_rec.get("duration_s") if end_rec else None

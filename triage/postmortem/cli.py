@@ -11,8 +11,8 @@ from ..errors import BadInput
 @click.command()
 @click.argument("incident", type=click.Path(exists=True, file_okay=False))
 @click.option("-o", "--output", metavar="FILE",
-              help="Where to write the markdown (default INCIDENT/postmortem.md; - for stdout, without the chart). "
-                   "The chart goes beside it as <name>-memory.svg.")
+              help="Where to write the markdown (default INCIDENT/postmortem.md; a directory: postmortem.md in it; "
+                   "- for stdout, without the chart). The chart goes beside it as <name>-memory.svg.")
 @click.option("--template", metavar="FILE|NAME",
               help="google (default, Google SRE style), atlassian, or a Jinja2 template file "
                    "(checked before use; variables in templates/README.md).")
@@ -24,8 +24,11 @@ def postmortem(incident: str, output: str | None, template: str | None, now_text
 
     Secrets and request prompts are masked; files are written atomically.
     """
-    from . import default_output, render_postmortem, write_postmortem
+    from . import DEFAULT_NAME, check_output, default_output, render_postmortem, write_postmortem
     from ..timeref import parse_iso
+
+    if output is not None and not output.strip():
+        raise click.BadParameter("empty file name (give a file, a directory, or - for stdout)", param_hint="-o")
 
     now = None
     if now_text is not None:
@@ -34,6 +37,10 @@ def postmortem(incident: str, output: str | None, template: str | None, now_text
             raise BadInput("--now", f"{now_text!r} is not an ISO 8601 time (e.g. 2026-03-12T15:00:00Z)")
     to_stdout = output == "-"
     target = None if to_stdout else Path(output) if output else default_output(incident)
+    if target is not None:
+        if target.is_dir():
+            target = target / DEFAULT_NAME
+        check_output(target)                       # before the bundle is read: fail fast, write nothing
     pm = render_postmortem(incident, template=template, now=now, output=target)
     if target is None:
         click.echo(pm.markdown, nl=False)

@@ -20,7 +20,8 @@ from .lessons import NoteLine, derive_actions, derive_lessons
 from .mermaid import gantt
 from .sections import (CLASS_LABELS, chart_view, config_diff, detection_claims, done_claims, root_cause_view,
                        timeline_rows, value_text)
-from .signals import earlier_signals, engine_budget, first_failure_per_node, impact_claims, trigger_claims
+from .signals import (NODES_DOWN, earlier_signals, engine_budget, first_failure_per_node, impact_claims,
+                      trigger_claims)
 from .views import (
     DURATION_LABELS, MOMENT_LABELS, Claim, Context, Detection, DurationView, Impact, IncidentInfo, InputView,
     MomentView, Response, day, hms, iso_z, span, stamp,
@@ -46,12 +47,14 @@ def load_inputs(incident: str | Path) -> Inputs:
     from ..evidence import load_evidence
     from ..flowchart import classify
     from ..timeline import build_timeline
+    from ..timeline.incident import load_incident
 
     bundle = Path(incident)
-    timeline = build_timeline(bundle)      # refuses a bundle with nothing at all in it
+    load_incident(bundle)                   # a missing directory or a broken incident.yaml: one clear error first
     # A bundle with notes and an audit log but no evidence files still gets its postmortem: the
-    # verdict is then `unknown` and names what to attach.
+    # verdict is then `unknown` and names what to attach. Parsed once, for the verdict and the timeline.
     evidence = load_evidence([str(bundle)], require=False)
+    timeline = build_timeline(bundle, evidence=evidence)   # refuses a bundle with nothing at all in it
     return Inputs(bundle, classify(evidence), evidence, timeline, read_meta(bundle), read_steps(bundle))
 
 
@@ -90,7 +93,7 @@ def build_context(src: Inputs, *, now: datetime | None = None, chart_link: str |
     impact = Impact(durations["total"], moments["impact_start"], moments["resolved"], nodes_affected, tl.fleet_size,
                     tuple(failed_nodes),
                     (("incident.yaml",) if tl.fleet_size else ()) + _node_sources(tl.events, failed_nodes),
-                    tuple(impact_claims(evidence, said)))
+                    tuple(impact_claims(evidence, said)), tuple(_added_nodes(tl, failed_nodes)))
     lessons = derive_lessons(verdict, evidence, tl.moments, tl.durations.get("ttd"), notes, steps, sooner, problems)
     root_cause = root_cause_view(verdict)
     chart = build_chart(evidence, [Marker(m.time, MOMENT_LABELS[m.name]) for m in tl.moments.values()
@@ -102,7 +105,7 @@ def build_context(src: Inputs, *, now: datetime | None = None, chart_link: str |
         generated_at=generated, generated_basis=basis,
         date=moments["impact_start"].date or _created_day(src.meta) or "unknown",
         status=_status(moments["resolved"]),
-        summary=tuple(_summary(verdict, moments, durations, impact, src.meta, evidence)),
+        summary=tuple(_summary(verdict, moments, durations, impact, src.meta, evidence, said)),
         moments=moments, durations=durations, impact=impact,
         root_cause=root_cause,
         trigger=tuple(trigger_claims(evidence, verdict)),
@@ -166,21 +169,37 @@ def _status(resolved: MomentView) -> str:
     return "Draft: no resolution in the evidence (the incident may be ongoing)"
 
 
+def _noted_nodes_down(notes: Sequence[tuple[str, str, tuple[str, ...]]]) -> tuple[str, tuple[str, ...]]:
+    """`; 13 of 16 nodes down, as noted at 14:19:00` from the first note that counts them."""
+    for t, text, sources in notes:
+        m = NODES_DOWN.search(text)
+        if m:
+            return f"; {m.group(1)} of {m.group(2)} {m.group(3)} {m.group(4)}, as noted at {t}", sources
+    return "", ()
+
+
 def _summary(verdict: Verdict, moments: dict[str, MomentView], durations: dict[str, DurationView],
-             impact: Impact, meta: dict[str, Any], evidence: EvidenceSet) -> list[Claim]:
+             impact: Impact, meta: dict[str, Any], evidence: EvidenceSet,
+             tl_notes: Sequence[tuple[str, str, tuple[str, ...]]] = ()) -> list[Claim]:
     out = []
     start, end, total = moments["impact_start"], moments["resolved"], durations["total"]
     service = _str(meta.get("service"))
-    n, fleet = impact.nodes_affected, impact.fleet_size
+    n, fleet, added = impact.nodes_affected, impact.fleet_size, len(impact.nodes_added)
     of = f" of {service}" if service else ""
-    who = (f"{n} of {fleet} nodes{of}" if n and fleet and fleet > 1 else f"{n} nodes{of}" if n and n > 1
-           else f"the {service} server" if service else "the server")
+    if n and fleet and fleet > 1:
+        who = f"{n - added} of {fleet} nodes{of}" + (f" (and {added} node{'s' if added > 1 else ''} added during "
+                                                     "the incident)" if added else "")
+    else:
+        who = f"{n} nodes{of}" if n and n > 1 else f"the {service} server" if service else "the server"
+    # Logs are often attached for a few nodes only: say so, and add what people counted.
+    seen = " in the attached evidence" if n and n > 1 else ""
+    noted, noted_src = _noted_nodes_down(tl_notes)
     if start.time and end.time:
         out.append(Claim(f"From {start.time} to {end.time} UTC on {start.date} ({total.text}), {who} failed with "
-                         "GPU out-of-memory errors", start.sources + end.sources))
+                         f"GPU out-of-memory errors{seen}{noted}", start.sources + end.sources + noted_src))
     elif start.time:
-        out.append(Claim(f"From {start.time} UTC on {start.date}, {who} failed with GPU out-of-memory errors; the "
-                         "evidence holds no resolution", start.sources))
+        out.append(Claim(f"From {start.time} UTC on {start.date}, {who} failed with GPU out-of-memory errors{seen}"
+                         f"{noted}; the evidence holds no resolution", start.sources + noted_src))
     cls = verdict.oom_class.value
     out.append(Claim(f"Cause: {CLASS_LABELS.get(cls, cls)} (triage verdict `{cls}`, confidence "
                      f"{verdict.confidence:.2f}): {verdict.summary}", tuple(e.where for e in verdict.evidence)))
@@ -204,7 +223,7 @@ def _missing(tl: Any, src: Inputs, chart: Chart) -> list[str]:
         out.append("actions.jsonl: no recovery steps were recorded (`triage recover --execute` writes them)")
     if chart.svg is None:
         out.append(f"chart: {chart.note}")
-    if not src.meta:
+    if not src.meta and not any("incident.yaml" in m for m in out):
         out.append("incident.yaml: no id, title, service, severity or fleet size (the bundle directory name is used)")
     return list(dict.fromkeys(out))
 
@@ -237,6 +256,20 @@ def _generated(now: datetime | None, tl: Any, meta: dict[str, Any], evidence: Ev
     if times:
         return stamp(max(times)) + " UTC", "last dated event"
     return "unknown", "bundle holds no dated record"
+
+
+def _added_nodes(tl: Any, nodes: Sequence[str]) -> list[str]:
+    """Failing nodes whose first sign of life is a server starting after impact began: capacity
+    added during the incident (a scale-out), not part of the fleet that failed first."""
+    impact = _time(tl, "impact_start")
+    if impact is None:
+        return []
+    out = []
+    for node in nodes:
+        first = min((e for e in tl.events if e.node == node), key=lambda e: e.time, default=None)
+        if first is not None and first.kind in ("server_start", "startup_complete") and first.time >= impact:
+            out.append(node)
+    return out
 
 
 def _node_sources(events: Sequence[Any], nodes: Sequence[str]) -> tuple[str, ...]:

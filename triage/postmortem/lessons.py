@@ -52,7 +52,9 @@ def derive_lessons(verdict: Verdict, evidence: EvidenceSet, moments: dict[str, A
             wrong.append(Claim(f"Detection took {span(ttd)} ({detected.how})", _src(detected.source)))
     done = [s for s in steps if s.result in ("ok", "skipped")]
     if steps and len(done) == len(steps):
-        well.append(Claim(f"All {len(steps)} recorded recovery steps completed", _all_sources(steps)))
+        skipped = sum(1 for s in steps if s.result == "skipped")
+        well.append(Claim(f"All {len(steps)} recorded recovery steps completed"
+                          + (f" ({skipped} skipped)" if skipped else ""), _all_sources(steps)))
     checks = [s for s in done if s.action in ("wait_healthy", "verify")]
     if checks:
         well.append(Claim("Recovery was verified, not assumed: " + ", ".join(f"{s.step} ({s.action})" for s in checks)
@@ -76,9 +78,13 @@ def derive_lessons(verdict: Verdict, evidence: EvidenceSet, moments: dict[str, A
         first = sooner[0]
         wrong.append(Claim(f"Warning signs were in the data {first.lead or 'before detection'} and paged no one: "
                            + "; ".join(s.signal for s in sooner), tuple(x for s in sooner for x in s.sources)))
-    for p in problems:
-        if p.startswith("actions.jsonl"):
-            wrong.append(Claim(f"The recovery audit log is damaged: {p}", (p.split(": ")[0],)))
+    damaged = [p for p in problems if p.startswith("actions.jsonl")]
+    if damaged:       # one lesson, not one per line: the lines are listed under the bundle's problems
+        first = damaged[0]
+        more = f" (and {len(damaged) - 1} more problem{'s' if len(damaged) > 2 else ''}, listed in the appendix)" \
+            if len(damaged) > 1 else ""
+        wrong.append(Claim(f"The recovery audit log is damaged: {first}{more}",
+                           tuple(dict.fromkeys(p.split(": ")[0] for p in damaged))))
     tagged = _tagged(notes)
     return Lessons(tuple(well + tagged["went_well"]), tuple(wrong + tagged["went_wrong"]),
                    tuple(lucky + tagged["lucky"]))

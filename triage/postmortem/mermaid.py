@@ -1,7 +1,8 @@
 """The incident as a mermaid gantt diagram: the phases as bars, the key events as milestones.
 
 A gantt (not mermaid's `timeline`) because it puts real times on one axis, so TTD and TTM show as
-lengths. Task names cannot hold `:` `#` or `;` in mermaid, so those are replaced.
+lengths. Task names cannot hold `:` `#` or `;` in mermaid, so those are replaced, and a name that
+would read as a gantt statement (`click ...`, `section ...`, `%%`) is prefixed.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def gantt(title: str, moments: dict[str, Any], events: Sequence[Any]) -> str:
         lines.append(f"    section {_SECTION[category]}")
         for e in rows:
             n += 1
-            lines.append(f"    {_clean(_label(e))} :milestone, m{n}, {_t(e.time)}, 0d")
+            lines.append(f"    {_task_name(_label(e))} :milestone, m{n}, {_t(e.time)}, 0d")
     if len(lines) == 4:
         lines.append("    section Evidence")
         lines.append("    No dated events in the evidence :milestone, m0, 1970-01-01 00:00:00, 0d")
@@ -100,3 +101,15 @@ def _short(text: str, limit: int = 60) -> str:
 def _clean(text: str) -> str:
     # mermaid gantt: ':' separates the task name from its data, '#' and ';' end a statement.
     return " ".join(re.sub(r"[:#;]", " ", text).split())
+
+
+# A line that starts with one of these is a gantt statement, not a task ("click here" is a click
+# binding, "section 3 failed" opens a section, "%%" a comment): such a task name gets a prefix.
+_STATEMENT = re.compile(r"(?i)^(?:%|(?:gantt|dateformat|inclusiveenddates|topaxis|axisformat|tickinterval|includes|"
+                        r"excludes|todaymarker|weekday|weekend|title|acctitle|accdescr|section|click|call|href|"
+                        r"callbackname|callbackargs|displaymode|vert)\b)")
+
+
+def _task_name(text: str) -> str:
+    name = _clean(text) or "(no text)"
+    return f"- {name}" if _STATEMENT.match(name) else name

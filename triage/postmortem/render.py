@@ -72,12 +72,19 @@ def validate(template: Template) -> None:
     try:
         source = env.loader.get_source(env, template.name)[0]
         tree = env.parse(source, template.name)
+        # Compiling finds what parsing does not: an unknown filter or test (`| cites`), a misplaced
+        # `{% break %}`. TemplateAssertionError is a TemplateSyntaxError.
+        undeclared = meta.find_undeclared_variables(tree)
     except jinja2.TemplateSyntaxError as exc:
         raise PostmortemError(f"{template.shown}:{exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.TemplateNotFound as exc:
         raise PostmortemError(f"{template.shown}: template not found: {exc.name}") from None
+    for node in tree.find_all(nodes.Test):             # compiled lazily by jinja: found here, not mid-render
+        if node.name not in env.tests:
+            raise PostmortemError(f"{template.shown}:{node.lineno}: template syntax error: "
+                                  f"no test named {node.name!r}")
     known = {f.name for f in dataclasses.fields(views.Context)}
-    unknown = sorted(meta.find_undeclared_variables(tree) - known - set(env.globals))
+    unknown = sorted(undeclared - known - set(env.globals))
     if unknown:
         raise PostmortemError(f"{template.shown}: unknown variable(s) {', '.join(unknown)} (the variables are: "
                               f"{', '.join(sorted(known))}; see templates/README.md)")
@@ -165,6 +172,9 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as exc:
         raise PostmortemError(f"{directory}: cannot write: {exc.strerror or exc}") from None
     try:
+        # mkstemp creates the file 0600; a postmortem is for the team: the mode a plain open() would
+        # give (0666 less the umask), or the mode of the file it replaces.
+        os.chmod(tmp, _mode_for(path))
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()
@@ -178,3 +188,12 @@ def write_atomic(path: Path, text: str) -> None:
         if isinstance(exc, OSError):
             raise PostmortemError(f"{path}: cannot write: {exc.strerror or exc}") from None
         raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

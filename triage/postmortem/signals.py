@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from ..evidence.kinds import GPU_OOM_KINDS, Kind
 from ..model import Evidence, EvidenceSet, Verdict
+from ..recovery.redact import redact_output
 from .chart import Series, collect_series, node_of
 from .views import Claim, EarlierSignal, hms, span
 
@@ -23,8 +24,8 @@ TREND_POINTS = 1.0                # ... of at least this many points of the card
 PREFIX_LOW = 0.30                 # prefix-cache hit rate below this with caching on
 STATS_NEAR = timedelta(minutes=2)  # a stats line this close before a failure describes it
 # "13 of 16 nodes down", "3/8 pods crashed" in a note.
-_NODES_DOWN = re.compile(r"\b(\d+)\s*(?:of|/)\s*(\d+)\s+(nodes|pods|servers|replicas|GPUs)\s+"
-                         r"(down|crashed|failed|failing|unhealthy|affected|crash-looping)\b", re.I)
+NODES_DOWN = re.compile(r"\b(\d+)\s*(?:of|/)\s*(\d+)\s+(nodes|pods|servers|replicas|GPUs)\s+"
+                        r"(down|crashed|failed|failing|unhealthy|affected|crash-looping)\b", re.I)
 _PERCENT_OF = re.compile(r"(\d+(?:\.\d+)?)\s?% of\b")
 # "error rate 82%", "error rate is 40 %", "error rate back to 0%" (not "error rate above 20%": a threshold).
 _ERROR_RATE = re.compile(r"error rate\s*(?:is\s+|was\s+|at\s+|of\s+|now\s+|(?:back |down |up )?to\s+|[:=]\s*)?"
@@ -118,7 +119,7 @@ def _error_rates(evidence: EvidenceSet, notes: Sequence[tuple[str, str, tuple[st
                              (alert.where,)))
     readings = [(t, m.group(1), src) for t, text, src in notes for m in [_ERROR_RATE.search(text)] if m]
     for t, text, src in notes:
-        m = _NODES_DOWN.search(text)
+        m = NODES_DOWN.search(text)
         if m:
             out.append(Claim(f"{m.group(1)} of {m.group(2)} {m.group(3)} {m.group(4)}, as noted at {t}", src))
     if readings:
@@ -303,8 +304,9 @@ def _prefix_low(evidence: EvidenceSet, verdict: Verdict) -> _Found | None:
 # -- helpers ----------------------------------------------------------------------------------
 
 def excerpt(text: str, limit: int = 180) -> str:
-    """One line, at most `limit` characters."""
-    text = " ".join(text.split())
+    """One line, at most `limit` characters, masked before it is cut (half a secret would no
+    longer be recognisable as one)."""
+    text = " ".join(redact_output(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -65,6 +65,7 @@ class Impact:
     nodes: tuple[str, ...]
     nodes_sources: tuple[str, ...]    # incident.yaml (for N), then each affected node's first failure
     claims: tuple[Claim, ...]         # failures, requests dropped, error rate, pods restarted, ...
+    nodes_added: tuple[str, ...] = ()  # affected nodes first seen starting after impact began (added capacity)
 
 
 @dataclass(frozen=True)

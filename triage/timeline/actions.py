@@ -135,4 +135,5 @@ def _last_line(text: Any) -> str:
     if not isinstance(text, str):
         return ""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else ""
+    # Masked before it is cut: a secret cut in half is no longer recognisable as one.
+    return redact_output(lines[-1])[:200] if lines else ""

@@ -25,9 +25,11 @@ _EXPECTED_SOURCES = (
 )
 
 
-def build_timeline(incident: str | Path) -> Timeline:
+def build_timeline(incident: str | Path, *, evidence: EvidenceSet | None = None) -> Timeline:
+    """`evidence`: the bundle's records when the caller already loaded them (the postmortem
+    classifies the same records): the bundle is then not parsed a second time."""
     info = load_incident(incident)
-    evidence = _evidence(info)
+    evidence = _evidence(info, evidence)
     found = from_evidence(evidence)
     notes, note_problems = read_notes(info.path)
     action_raws, action_problems, has_actions = read_actions(info.path)
@@ -39,18 +41,22 @@ def build_timeline(incident: str | Path) -> Timeline:
         r.order = 2 * 10**12 + i
     raws = found.raws + [_note_raw(n) for n in notes] + action_raws
     _lifecycle(raws)
-    events = merge(raws)
+    # Masked once the rows are merged (a few rows, not every raw line) and before anything reads or
+    # cuts their text (a cut secret would no longer be recognised): moments quote these texts.
+    events = [replace(e, text=redact_output(e.text), node=redact_output(e.node) if e.node else e.node)
+              for e in merge(raws)]
     kinds = {s.kind for s in evidence.sources if s.records}
-    result = compute(events, found.alerts, notes, info, has_alert_files="alertmanager" in kinds)
+    result = compute(events, found.alerts, notes, info, has_alert_files="alertmanager" in kinds,
+                     alerts_dir=(info.path / "alerts").is_dir())
     missing = _missing(info, kinds, has_notes, has_actions) + result.missing
     # A skipped README or rendered postmortem is no problem of the timeline; a damaged log is.
     skipped = [w for w in evidence.warnings if not w.endswith("(not an evidence file)")]
-    problems = skipped + found.problems + note_problems + action_problems + result.problems
-    # Every export (table, --json, --csv, the postmortem) starts from this object: mask here, once.
+    problems = info.problems + skipped + found.problems + note_problems + action_problems + result.problems
+    # Every export (table, --json, --csv, the postmortem) starts from this object: nothing unmasked leaves it.
     return Timeline(
         incident_id=redact_output(info.id),
         title=redact_output(info.title) if info.title else info.title,
-        events=[replace(e, text=redact_output(e.text)) for e in events],
+        events=events,
         moments={k: replace(m, how=redact_output(m.how)) for k, m in result.moments.items()},
         durations=result.durations,
         nodes=sorted({e.node for e in events if e.node}),
@@ -64,12 +70,15 @@ def build_timeline(incident: str | Path) -> Timeline:
 RELAUNCH_DIR = "recovery"      # logs of servers `triage recover` relaunched (not evidence of the failure)
 
 
-def _evidence(info: IncidentInfo) -> EvidenceSet:
+def _evidence(info: IncidentInfo, loaded: EvidenceSet | None = None) -> EvidenceSet:
     from ..evidence import load_evidence
 
     if not any(p.is_file() for p in info.path.rglob("*")):
         raise BadInput(str(info.path), "the incident directory is empty")
-    evidence = load_evidence([str(info.path)], require=False)
+    if loaded is None:
+        evidence = load_evidence([str(info.path)], require=False)
+    else:       # a copy: the caller's set (what was classified) must not gain the relaunch logs
+        evidence = EvidenceSet(list(loaded.items), list(loaded.sources), list(loaded.warnings))
     relaunched = info.path / RELAUNCH_DIR
     if relaunched.is_dir() and any(p.is_file() for p in relaunched.rglob("*")):
         # The classifier leaves these out (what happened after the incident must not change its

@@ -23,9 +23,13 @@ from .model import MOMENT_NAMES
 @click.option("--author", metavar="NAME", help="Who noted it (default: the current user).")
 def note(incident: str, text: str, at: str | None, moment: str | None, author: str | None) -> None:
     """Append a note to INCIDENT/notes.jsonl (a timeline entry; secrets are masked)."""
+    from .incident import load_incident
     from .notes import append_note
 
     record = append_note(incident, text, at=at, moment=moment, author=author)
+    broken = load_incident(incident, strict=False).yaml_error
+    if broken:       # the note is kept; the rest of the tooling needs the file fixed
+        click.echo(f"triage: warning: {broken}", err=True)
     marks = f" (sets {record['moment']})" if record.get("moment") else ""
     click.echo(f"noted at {record['time']}{marks}: {record['text']}")
     if record.get("at_note"):

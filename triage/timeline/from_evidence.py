@@ -15,7 +15,6 @@ from typing import Any, Iterator
 
 from ..evidence.kinds import GPU_OOM_KINDS, Kind
 from ..model import Evidence, EvidenceSet
-from ..recovery.redact import redact_output
 from ..timeref import parse_iso
 from .raw import Raw, node_from_file, where
 
@@ -330,7 +329,11 @@ def _norm(text: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    return redact_output(" ".join(text.split()))
+    """One line. Not yet redacted: build_timeline masks the merged rows (a few, not every raw line)
+    before anything reads or cuts their text."""
+    if text[:1].isspace() or text[-1:].isspace() or any(w in text for w in ("  ", "\n", "\r", "\t")):
+        return " ".join(text.split())
+    return text           # most lines: shared with the evidence record, not copied
 
 
 def _iso(value: Any) -> datetime | None:

@@ -22,6 +22,8 @@ class IncidentInfo:
     moments: dict[str, Any] = field(default_factory=dict)   # incident.yaml `moments:` (set by hand)
     has_yaml: bool = False
     tz_name: str | None = None        # incident.yaml `timezone` as written
+    problems: list[str] = field(default_factory=list)   # values in incident.yaml that were not usable
+    yaml_error: str | None = None     # incident.yaml could not be read (only with strict=False)
 
 
 def incident_dir(path: str | Path) -> Path:
@@ -33,15 +35,39 @@ def incident_dir(path: str | Path) -> Path:
     return p
 
 
-def load_incident(path: str | Path) -> IncidentInfo:
+def load_incident(path: str | Path, *, strict: bool = True) -> IncidentInfo:
+    """`strict=False`: an unreadable incident.yaml is reported in `yaml_error` instead of raised
+    (a note must still be recordable in the middle of an outage)."""
     root = incident_dir(path)
-    meta, has_yaml = _meta(root)
+    yaml_error = None
+    try:
+        meta, has_yaml = _meta(root)
+    except BadInput as exc:
+        if strict:
+            raise
+        meta, has_yaml, yaml_error = {}, True, str(exc)
+    problems: list[str] = []
     created = parse_iso(str(meta["created"])) if meta.get("created") else None
+    if meta.get("created") and created is None:
+        problems.append(f"incident.yaml created: {meta['created']!r} is not a time (use 2026-03-12T14:17:05Z); "
+                        "the incident's date is taken from the evidence")
     tz, tz_note = timezone.utc, "UTC (assumed: no timezone in incident.yaml)" if has_yaml else "UTC (assumed: no incident.yaml)"
     if meta.get("timezone"):
-        tz, tz_note = zone(str(meta["timezone"]), root / "incident.yaml"), f"{meta['timezone']} (incident.yaml)"
+        try:
+            tz, tz_note = zone(str(meta["timezone"]), root / "incident.yaml"), f"{meta['timezone']} (incident.yaml)"
+        except BadInput as exc:
+            if strict:
+                raise
+            yaml_error = str(exc)
     fleet = meta.get("fleet_size")
+    fleet_ok = isinstance(fleet, int) and not isinstance(fleet, bool) and fleet > 0
+    if fleet is not None and not fleet_ok:
+        problems.append(f"incident.yaml fleet_size: {fleet!r} is not a positive whole number; "
+                        "the fleet size is unknown")
     moments = meta.get("moments")
+    if moments is not None and not isinstance(moments, dict):
+        problems.append("incident.yaml moments: not a mapping (use `moments: {detected: 2026-03-12T14:18:42Z}`); "
+                        "ignored")
     return IncidentInfo(
         path=root,
         id=str(meta.get("id") or root.resolve().name),
@@ -49,10 +75,12 @@ def load_incident(path: str | Path) -> IncidentInfo:
         created=created,
         tz=tz,
         tz_note=tz_note,
-        fleet_size=fleet if isinstance(fleet, int) and not isinstance(fleet, bool) and fleet > 0 else None,
+        fleet_size=fleet if fleet_ok else None,
         moments=dict(moments) if isinstance(moments, dict) else {},
         has_yaml=has_yaml,
         tz_name=str(meta["timezone"]) if meta.get("timezone") else None,
+        problems=problems,
+        yaml_error=yaml_error,
     )
 
 

@@ -2,7 +2,8 @@
 
 Three passes, all on one identity (kind, node, key):
 1. the same second in the same file is one occurrence (four tensor-parallel workers logging
-   the same line, a traceback's OOM and its re-raise);
+   the same line, a traceback's OOM and its re-raise); a preemption warning is one per
+   sequence group, so there every line is counted;
 2. the same event in other files within MERGE_WINDOW is that occurrence seen elsewhere (the
    engine dying in the log and the container ending in kubectl): one row, every source listed;
    (an occurrence with no node joins the one named node that saw the same event);
@@ -25,6 +26,9 @@ _ONE_PER_WINDOW = frozenset({"server_start", "restart", "startup_complete"})
 # multi-line OOM-killer report): in one file, that close together, they are one failure.
 CRASH_WINDOW = timedelta(seconds=10)
 _BREAKERS = frozenset({"failure", "recovery"})     # a repeat run does not continue across these
+# Kinds where every line is an occurrence of its own, even several in one second: the scheduler
+# preempts many sequence groups in one step and warns once for each. Their count is of lines.
+_EACH_LINE = frozenset({"preemption"})
 
 
 def merge(raws: list[Raw]) -> list[Event]:
@@ -32,11 +36,15 @@ def merge(raws: list[Raw]) -> list[Event]:
         return []
     import pandas as pd
 
-    df = pd.DataFrame([{
-        "time": r.time, "kind": r.kind, "category": r.category, "text": r.text, "file": r.file,
-        "node": r.node or "", "key": r.key, "order": r.order, "until": r.until,
-        "sources": [r.source, *r.extra_sources],
-    } for r in raws])
+    # Built column by column (a dict per row would cost ~1 KB each: a log with 10^5 preemption
+    # warnings would hold 100 MB of them); string cells are shared with the raws, not copied.
+    df = pd.DataFrame({
+        "time": [r.time for r in raws], "kind": [r.kind for r in raws],
+        "category": [r.category for r in raws], "text": [r.text for r in raws], "file": [r.file for r in raws],
+        "node": [r.node or "" for r in raws], "key": [r.key for r in raws], "order": [r.order for r in raws],
+        "until": [r.until for r in raws],
+        "sources": [(r.source, *r.extra_sources) if r.extra_sources else (r.source,) for r in raws],
+    })
     df["time"] = pd.to_datetime(df["time"], utc=True)
     df["until"] = pd.to_datetime(df["until"], utc=True)      # None -> NaT, which max() skips
     df["second"] = df["time"].dt.floor("s")
@@ -45,7 +53,8 @@ def merge(raws: list[Raw]) -> list[Event]:
     # Pass 1: one occurrence per identity, file and second.
     occ = (df.groupby(ident + ["file", "second"], sort=False, dropna=False)
              .agg(time=("time", "min"), order=("order", "min"), category=("category", "first"),
-                  text=("text", "first"), until=("until", "max"), sources=("sources", _concat))
+                  text=("text", "first"), until=("until", "max"), sources=("sources", _concat),
+                  lines=("order", "size"))
              .reset_index()
              .sort_values(["time", "order"], kind="stable"))
     # Pass 2: across files within the window.
@@ -60,10 +69,11 @@ def merge(raws: list[Raw]) -> list[Event]:
                 current["files"].add(row.file)
                 current["sources"] += row.sources
                 current["until"] = _later(current["until"], row.until)
+                current["lines"] += int(row.lines)
                 continue
             current = {"kind": row.kind, "node": row.node, "key": row.key, "time": row.time, "order": row.order,
                        "category": row.category, "text": row.text, "until": _opt(row.until),
-                       "files": {row.file}, "sources": list(row.sources)}
+                       "files": {row.file}, "sources": list(row.sources), "lines": int(row.lines)}
             clusters.append(current)
     clusters = _adopt_unplaced(clusters)
     # Pass 3: repeats with no failure or recovery of another identity on the node in between.
@@ -105,6 +115,7 @@ def _adopt_unplaced(clusters: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     target.update(time=c["time"], order=c["order"], text=c["text"])
                 target["files"] |= c["files"]
                 target["until"] = _later(target["until"], c["until"])
+                target["lines"] += c["lines"]
                 continue
         out.append(c)
     return out
@@ -124,8 +135,11 @@ def _event(run: list[dict[str, Any]]) -> tuple[Event, int]:
         sources = _unique(first["sources"] + [c["sources"][0] for c in run[1:-1]
                                               if c["files"] - first["files"]] + last["sources"])
         until = max(c["until"] or c["time"] for c in run)
+    count = sum(c["lines"] for c in run) if first["kind"] in _EACH_LINE else len(run)
+    if count > 1 and until is None:          # several in one second: the span is that second
+        until = max(c["time"] for c in run)
     event = Event(time=_py(first["time"]), kind=first["kind"], category=first["category"], text=first["text"],
-                  sources=tuple(sources), node=first["node"] or None, count=len(run),
+                  sources=tuple(sources), node=first["node"] or None, count=count,
                   until=_py(until) if until is not None else None)
     return event, first["order"]
 

@@ -41,7 +41,7 @@ class MomentsResult:
 
 
 def compute(events: list[Event], alerts: dict[str, AlertState], notes: list[Note], info: IncidentInfo,
-            *, has_alert_files: bool) -> MomentsResult:
+            *, has_alert_files: bool, alerts_dir: bool = False) -> MomentsResult:
     res = MomentsResult({}, {})
     impact = _impact_start(events, alerts)
     detected = _detected(alerts)
@@ -53,6 +53,7 @@ def compute(events: list[Event], alerts: dict[str, AlertState], notes: list[Note
     why_missing = {
         "impact_start": "no failure in the evidence and no error-rate alert — impact start unknown",
         "detected": ("no firing alert in alerts/ — detection time unknown" if has_alert_files
+                     else "alerts/ holds no Alertmanager payload — detection time unknown" if alerts_dir
                      else "no alerts/ — detection time unknown"),
         "first_response": "no note or recovery step after impact start — first response unknown",
         "mitigated": "no passing deep health check after the last failure and no error-rate alert resolved "

@@ -44,9 +44,10 @@ class At:
 def resolve_at(given: str, incident: IncidentInfo, now: datetime) -> At:
     """`14:19`, `14:19:30`, `2026-03-12 14:19`, or ISO 8601 with `Z` / an offset -> UTC.
 
-    A bare time is on the incident's date (incident.yaml `created`, in its zone; today without
-    one) - the day after when that puts it more than 12 h before the incident was opened (a
-    note just after midnight). A time in the future is refused.
+    A bare time is the occurrence of that clock time nearest the moment the incident was opened
+    (incident.yaml `created`, in its zone): on its date, or the day after / before when that is
+    more than 12 h away (a note just after midnight; an impact that began before midnight of an
+    incident opened just after it). Without `created` it is today. A time in the future is refused.
     """
     text = given.strip()
     bare = _BARE.match(text)
@@ -64,6 +65,9 @@ def resolve_at(given: str, incident: IncidentInfo, now: datetime) -> At:
         if incident.created is not None and local < incident.created - timedelta(hours=12):
             local += timedelta(days=1)
             why = "the day after the incident's date: the time is past midnight"
+        elif incident.created is not None and local > incident.created + timedelta(hours=12):
+            local -= timedelta(days=1)
+            why = "the day before the incident's date: the time is before midnight"
         when = local.astimezone(timezone.utc)
         note = f"{text} read on {local:%Y-%m-%d}, {why}; zone {incident.tz_note}"
     else:
@@ -95,7 +99,9 @@ def append_note(incident: str | Path, text: str, *, at: str | None = None, momen
     """Append one note and return it as written."""
     from ..recovery.audit import current_user, rfc3339
 
-    info = load_incident(incident)
+    info = load_incident(incident, strict=False)
+    if info.yaml_error and at is not None:      # --at needs the incident's date and zone
+        raise BadInput("--at", f"cannot be read without the incident's date and zone: {info.yaml_error}")
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     body = " ".join(text.split()) if text else ""
     if not body:

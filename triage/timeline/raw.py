@@ -5,6 +5,7 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 
 @dataclass
@@ -33,6 +34,7 @@ _EXTENSIONS = (".gz", ".log", ".txt", ".csv", ".json", ".jsonl", ".prom", ".out"
 _STAMP = re.compile(r"\d{4}-?\d{2}-?\d{2}(?:[T_ ]?\d{2}[-:]?\d{2})?")
 
 
+@lru_cache(maxsize=4096)        # called once per evidence record, for a handful of distinct files
 def node_from_file(path: str) -> str | None:
     """A host or pod name carried in a file name (logs/gpu-node-07.log -> gpu-node-07), else None.
 
