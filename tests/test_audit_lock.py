@@ -390,7 +390,8 @@ def test_pid_reuse_is_stale_but_a_live_same_process_is_not(tmp_path: Path) -> No
         kill(child)
 
 
-def test_lock_release_and_reacquire_in_one_process(tmp_path: Path) -> None:
+def test_lock_release_and_reacquire_in_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRIAGE_LOCK_FILE", raising=False)    # the default name, whatever the caller's shell sets
     path = tmp_path / "recover.lock"
     first = HostLock(path).acquire()
     with pytest.raises(LockBusy):           # flock is per open file: a second one conflicts

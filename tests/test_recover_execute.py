@@ -311,6 +311,52 @@ def test_an_unrelated_vllm_process_is_never_signalled(start, env, decoy):
     assert str(neighbour.pid) not in (live.incident / "actions.jsonl").read_text()
 
 
+FAKE_NVML = """
+import json, os
+_GPUS = json.loads(os.environ["FAKE_NVML_GPUS"])      # [[pid, ...] per GPU]
+class _Proc:
+    def __init__(self, pid): self.pid = pid; self.usedGpuMemory = 0
+class _Mem:
+    total = 80 * 2**30; used = 2**30; free = total - used
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return len(_GPUS)
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetMemoryInfo(h): return _Mem()
+def nvmlDeviceGetComputeRunningProcesses(h): return [_Proc(p) for p in _GPUS[h]]
+def nvmlDeviceGetGraphicsRunningProcesses(h): return []
+def nvmlDeviceGetName(h): return "NVIDIA H100 80GB HBM3"
+def nvmlDeviceGetUUID(h): return "GPU-%d" % h
+"""
+
+
+def test_a_neighbour_replica_listed_by_nvml_is_never_signalled(start, env, decoy, tmp_path):
+    """On a GPU host NVML lists every server's processes: a neighbour replica on GPU 1 runs the same
+    model, and its engine carries vLLM's process title. Neither may be touched."""
+    replica = decoy("vllm", "serve", MODEL, "--port", "8001")
+    engine = subprocess.Popen(["bash", "-c", 'exec -a "VLLM::EngineCore_DP0" sleep 120'], start_new_session=True)
+    try:
+        (tmp_path / "fakenvml").mkdir()
+        (tmp_path / "fakenvml" / "pynvml.py").write_text(FAKE_NVML)
+        nvml_env = {**env, "PYTHONPATH": str(tmp_path / "fakenvml"),
+                    "FAKE_NVML_GPUS": json.dumps([[], [replica.pid, engine.pid]])}
+        live = start("--scenario", "chronic", extra_env={"CUDA_VISIBLE_DEVICES": "0"})
+        until_failure(live.url, lambda i: f"request {i} " + words(50, f"r{i}"), 2, 40)
+        plan = json.loads(recover(live.incident, nvml_env, "--json").stdout)
+        refused = {p["pid"]: p["status"] for p in plan["pids"] if p["status"].startswith("refused")}
+        assert set(refused) == {replica.pid, engine.pid} and all("another server" in r for r in refused.values())
+
+        done = recover(live.incident, nvml_env, "--execute", "--yes", *SHORT)
+        assert done.returncode == 0, done.stderr
+        assert alive(replica.pid) and alive(engine.pid)
+        stop = next(r for r in records(live.incident) if r["step"] == "stop" and r["phase"] == "start")
+        assert {p["pid"] for p in stop["args"]["pids"]} == {live.pid_of("APIServer")}   # its engine died with the OOM
+        assert ends(live.incident)["gpu-free"] == "ok"           # GPU 0, the server's own, is free
+        audit_ok(live.incident, env)
+    finally:
+        kill_group(engine.pid)
+
+
 def test_a_reused_pid_is_not_signalled(tmp_path, env, decoy):
     """The log names PID N; N now belongs to a program started after that line was written."""
     stranger = decoy("vllm", "serve", MODEL)          # even its command line looks right
@@ -333,11 +379,17 @@ def test_a_reused_pid_is_not_signalled(tmp_path, env, decoy):
     (entry,) = [p for p in json.loads(plan.stdout)["pids"] if p["pid"] == stranger.pid]
     assert entry["status"].startswith("refused") and "reused" in entry["status"]
 
-    done = recover(incident, env, "--execute", "--yes", "--runbook", "burst", "--param", "drain.max_wait_s=1")
+    # No command to relaunch a server never seen: refused before anything is done.
+    refused = recover(incident, env, "--execute", "--yes", "--runbook", "burst", "--param", "drain.max_wait_s=1")
+    assert refused.returncode == 1 and "--launch-command" in refused.stderr and "nothing was done" in refused.stderr
+    assert not (incident / "actions.jsonl").exists()
+
+    done = recover(incident, env, "--execute", "--yes", "--runbook", "burst", "--param", "drain.max_wait_s=1",
+                   "--launch-command", "/nonexistent/vllm serve x")
     assert stranger.poll() is None and alive(stranger.pid)
     stop = next(r for r in records(incident) if r["step"] == "stop" and r["phase"] == "end")
     assert stop["data"]["signalled"] == [] and "reused" in stop["output_tail"]
-    assert done.returncode == 1                          # relaunch: no launch command for a server never seen
+    assert done.returncode == 1                          # the relaunch: no such program
 
 
 def test_a_second_recovery_is_refused_while_one_holds_the_lock(start, env):
@@ -368,7 +420,7 @@ def test_a_step_timeout_fires_and_is_recorded(start, env, tmp_path):
     audit_ok(live.incident, env)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["ctrl-c", "sigterm", "sighup"])
 def test_an_interrupt_mid_step_leaves_a_valid_audit_log(start, env, signum):
     live = start("--scenario", "healthy")
     proc = subprocess.Popen([sys.executable, "-m", "triage", "recover", str(live.incident), "--execute", "--yes",
@@ -404,6 +456,41 @@ def test_a_rerun_resumes_after_the_last_completed_step(start, env):
     assert runs[1]["args"]["resumes"] == runs[0]["run_id"]
     assert [r["step"] for r in records(live.incident) if r["run_id"] == runs[1]["run_id"] and r["phase"] == "start"
             and r["step"]] == ["relaunch", "healthy", "steady", "schedule-restarts"]
+    _, url = new_server(live.incident)
+    assert complete(url, "back", 2) == 200
+    audit_ok(live.incident, env)
+
+
+def test_a_server_left_running_by_an_interrupted_relaunch_is_stopped_not_doubled(start, env):
+    """Ctrl-C while the relaunched server is still starting: the server keeps running (its own
+    session), so the end record must name it, and the re-run must stop it before relaunching."""
+    live = start("--scenario", "chronic")
+    until_failure(live.url, lambda i: f"request {i} " + words(50, f"r{i}"), 2, 40)
+    slow = f"{sys.executable} -c 'import time; time.sleep(120)'"          # never announces its URL
+    proc = subprocess.Popen([sys.executable, "-m", "triage", "recover", str(live.incident), "--execute", "--yes",
+                             *SHORT, "--launch-command", slow],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert wait_until(lambda: any(r["step"] == "relaunch" and r["phase"] == "start"
+                                      for r in records(live.incident)), 60)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    end = next(r for r in records(live.incident) if r["step"] == "relaunch" and r["phase"] == "end")
+    assert end["result"] == "interrupted"
+    stuck = end["data"]["launched"]["pid"]
+    assert alive(stuck)
+
+    done = recover(live.incident, env, "--execute", "--yes", *SHORT,
+                   "--launch-command", f"{sys.executable} -m triage.sim serve {MODEL} --port 0")
+    assert done.returncode == 0, done.stderr
+    assert "runs again" in done.stderr and not alive(stuck)
+    second = [r for r in records(live.incident) if r["run_id"] == records(live.incident)[-1]["run_id"]]
+    stop = next(r for r in second if r["step"] == "stop" and r["phase"] == "start")
+    assert [p["pid"] for p in stop["args"]["pids"]] == [stuck]
     _, url = new_server(live.incident)
     assert complete(url, "back", 2) == 200
     audit_ok(live.incident, env)

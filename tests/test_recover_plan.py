@@ -54,3 +54,19 @@ def test_unknown_verdict_needs_a_runbook(runner):
     assert chosen.exit_code == 0 and json.loads(chosen.stdout)["runbook"] == "burst"
     missing = runner.invoke(main, ["recover", str(sample("unknown-bare-oom")), "--runbook", "nope"])
     assert missing.exit_code == ExitCode.BAD_INPUT and "no runbook for 'nope'" in missing.stderr
+
+
+def test_the_kubectl_driver_prints_the_argv_it_would_run(runner):
+    result = runner.invoke(main, ["recover", str(sample("chronic-fragmentation")), "--json", "--driver", "kubectl",
+                                  "--deployment", "llm/vllm-8b"])
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    relaunch = next(s for s in plan["steps"] if s["action"] == "restart")
+    assert "run:     kubectl -n llm set env deployment/vllm-8b PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" \
+        in relaunch["details"]
+    assert any(d.startswith("run:     kubectl -n llm rollout status deployment/vllm-8b") for d in relaunch["details"])
+    assert plan["refused_by_preflight"] == []
+    rollback = json.loads(runner.invoke(main, ["recover", str(sample("chronic-fragmentation")), "--json", "--runbook",
+                                               "rollback", "--driver", "kubectl", "--deployment", "llm/vllm-8b"]).stdout)
+    step = next(s for s in rollback["steps"] if s["action"] == "rollback")
+    assert "run:     kubectl -n llm rollout undo deployment/vllm-8b" in step["details"]

@@ -163,16 +163,24 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
     from .recovery.session import open_session
 
     session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
-                           pids=pids, url=url, launch_command=launch_command, driver=driver)
+                           pids=pids, url=url, launch_command=launch_command, driver=driver, deployment=deployment)
     if not execute:
+        from .recovery.context import ExecOptions as _Options
+        from .recovery.executor import resume_point
+        from .recovery.session import preflight
+
+        problems = preflight(session, _Options(driver=driver, unit=unit, deployment=deployment),
+                             resume_point(session.audit, session.plan)[1])
         if as_json:
             from .recovery.plan import plan_json
 
-            click.echo(json.dumps(plan_json(session.plan), indent=2))
+            click.echo(json.dumps({**plan_json(session.plan), "refused_by_preflight": problems}, indent=2))
         else:
             from .console import render_plan
 
             render_plan(session.plan)
+        for problem in problems:
+            click.echo(f"triage: warning: --execute would refuse to start: {problem}", err=True)
         return
     if yes is False and not sys.stdin.isatty():
         raise TriageError("--execute needs a terminal to confirm each step, or --yes")

@@ -5,6 +5,7 @@ Every function returns data or a `NoNvml` saying why it could not read: recovery
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,8 +37,31 @@ class GpuReading:
         return self.free_bytes / self.total_bytes if self.total_bytes else 0.0
 
 
-def read_gpus() -> list[GpuReading] | NoNvml:
-    """Every GPU's memory and processes, or why NVML could not be read."""
+NVML_TIMEOUT_S = 10.0
+_STUCK: list[threading.Thread] = []      # an NVML call that never came back (a wedged GPU or driver)
+
+
+def read_gpus(timeout_s: float | None = None) -> list[GpuReading] | NoNvml:
+    """Every GPU's memory and processes, or why NVML could not be read.
+
+    Bounded: NVML calls can block for minutes on a GPU that fell off the bus (Xid 79) — exactly
+    when recovery runs — and a signal cannot interrupt a call inside the driver. So the reading
+    runs in a daemon thread; if it does not answer in time the GPU is reported as not checked."""
+    limit = NVML_TIMEOUT_S if timeout_s is None else timeout_s
+    if _STUCK and _STUCK[0].is_alive():
+        return NoNvml(f"NVML has not answered for over {limit:g} s (a wedged GPU or driver?): GPU memory not checked")
+    _STUCK.clear()
+    box: list[list[GpuReading] | NoNvml] = []
+    thread = threading.Thread(target=lambda: box.append(_read_gpus_now()), name="triage-nvml", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        _STUCK.append(thread)
+        return NoNvml(f"NVML did not answer within {limit:g} s (a wedged GPU or driver?): GPU memory not checked")
+    return box[0] if box else NoNvml("NVML failed: no answer: GPU memory not checked")
+
+
+def _read_gpus_now() -> list[GpuReading] | NoNvml:
     try:
         import pynvml
     except ImportError:

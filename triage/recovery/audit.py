@@ -9,6 +9,7 @@ Arguments and output are redacted (`redact.py`) before they reach the disk.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import getpass
 import hashlib
@@ -281,8 +282,15 @@ class AuditLog:
         for key in set(body) - {"args", "output_tail", "run_id", "step", "action", "phase",
                                 "result", "duration_s"}:
             body[key] = redact(body[key])    # extra fields are redacted too
-        body.update(time=rfc3339(self.clock()), user=current_user(), host=socket.gethostname())
-        return self._write(body)
+        # Ctrl-C (or SIGTERM, SIGHUP) waits until the record is on disk — from the moment it is
+        # built, so a second Ctrl-C while the interrupted run writes its closing records cannot
+        # cut them off: a record is written whole or not at all.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+        try:
+            body.update(time=rfc3339(self.clock()), user=current_user(), host=socket.gethostname())
+            return self._write_unmasked(body)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     @contextmanager
     def step(self, step: str, action: str, args: Any = None, **extra: Any) -> Iterator[StepHandle]:
@@ -323,18 +331,11 @@ class AuditLog:
             raise
         end(handle.result or "ok")
 
-    def _write(self, body: dict[str, Any]) -> dict[str, Any]:
-        # Ctrl-C (or SIGTERM) waits until the record is on disk: a record is written whole or not at all.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            return self._write_unmasked(body)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
     def _write_unmasked(self, body: dict[str, Any]) -> dict[str, Any]:
         if not self.path.parent.is_dir():
             raise BadInput(str(self.path.parent), "incident directory does not exist")
         fd, created = self._open()
+        size: int | None = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)          # one writer at a time, across processes
             prev, seq = self._chain_state(fd)
@@ -342,8 +343,9 @@ class AuditLog:
             body["hash"] = record_hash(body)
             line = canonical(body)
             data = line + b"\n"
+            size = os.fstat(fd).st_size
             if os.write(fd, data) != len(data):
-                raise AuditError(f"{self.path}: short write; the last line is incomplete")
+                raise OSError(errno.ENOSPC, "short write (disk full?)")
             os.fsync(fd)
             self.last_written = body                 # still inside the signal mask: see step()
             if created:
@@ -351,7 +353,14 @@ class AuditLog:
             st = os.fstat(fd)
             self._tail = (st.st_ino, st.st_size, st.st_mtime_ns, sha256(line), seq + 1)
         except OSError as exc:
-            raise AuditError(f"{self.path}: cannot write audit log: {exc.strerror or exc}") from None
+            kept = ""
+            if size is not None:                     # take a half-written record back: the chain stays valid
+                try:
+                    os.ftruncate(fd, size)
+                    kept = " (the record was taken back; the log still verifies)"
+                except OSError:
+                    kept = " (the last line may be incomplete)"
+            raise AuditError(f"{self.path}: cannot write audit log: {exc.strerror or exc}{kept}") from None
         finally:
             os.close(fd)                             # releases the flock
         return body

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from . import interrupts
 from .identify import Identification
 
 
@@ -37,7 +38,9 @@ class Deadline:
             raise StepTimeout(f"{what}: step timeout of {self.seconds:g} s reached")
 
     def sleep(self, seconds: float) -> None:
+        interrupts.check()
         time.sleep(max(0.0, min(seconds, self.left())))
+        interrupts.check()
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class RunContext:
     known_good: list[str] | None = None        # last argv that served (for rollback)
     verdict: Any = None                         # the Verdict: its recommendations drive kubectl's args patch
     launched: list[dict[str, Any]] = field(default_factory=list)   # servers started by this run
+    relaunch_driver: str | None = None          # how the runbook starts the server again (None: it does not)
 
 
 @dataclass

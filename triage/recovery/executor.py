@@ -16,12 +16,14 @@ from typing import Any, Callable, Iterator
 from contextlib import contextmanager
 
 from ..live.server import health, serves
+from . import interrupts
 from .actions import RUNNERS
-from .audit import AuditLog
+from .audit import AuditError, AuditLog
 from .context import Deadline, Outcome, RunContext, StepTimeout
 from .plan import Plan, PlannedStep
 
 ALARM_SLACK_S = 2.0          # the backstop fires this long after the cooperative deadline
+PRECHECK_S = 25.0            # the "does it serve again?" check before the first destructive step
 DESTRUCTIVE = ("drain", "stop_server", "gpu_reset", "restart", "rollback")
 
 
@@ -49,12 +51,20 @@ class RunReport:
 
 
 def resume_point(audit: AuditLog, plan: Plan) -> tuple[str | None, list[str]]:
-    """(run id to resume, step ids already done) from the last unfinished run of this runbook."""
-    runs: list[dict[str, Any]] = [r for r in audit.records() if r.get("action") == "run"]
-    starts = [r for r in runs if r.get("phase") == "start" and (r.get("args") or {}).get("runbook") == plan.runbook.id]
+    """(run id to resume, step ids already done) when the last run in the log is an unfinished
+    run of this runbook. A run of another runbook since then (a rollback, a different runbook
+    tried by hand) changed what is running: the steps of the older run prove nothing any more,
+    so the runbook starts again from step 1."""
+    from .prepare import this_host
+
+    runs: list[dict[str, Any]] = [r for r in this_host(audit.records()) if r.get("action") == "run"]
+    all_starts = [r for r in runs if r.get("phase") == "start"]
+    starts = [r for r in all_starts if (r.get("args") or {}).get("runbook") == plan.runbook.id]
     if not starts:
         return None, []
     last = starts[-1]
+    if all_starts[-1].get("run_id") != last.get("run_id"):
+        return None, []
     ended_ok = any(r.get("phase") == "end" and r.get("run_id") == last.get("run_id") and r.get("result") == "ok"
                    for r in runs)
     if ended_ok:
@@ -97,6 +107,7 @@ class Executor:
             for ps in self.plan.steps:
                 if ps.step.id in done:
                     continue
+                interrupts.check()            # an interrupt a finalizer swallowed still ends the run
                 self.show_step(ps)
                 if not self.ctx.options.yes and not self.ctx.options.confirm(f"Run step {ps.number} ({ps.step.id})?"):
                     report.steps.append(StepReport(ps.number, ps.step.id, "not run", ["declined by the operator"]))
@@ -120,8 +131,16 @@ class Executor:
                 report.result = "aborted" if step_report.result == "aborted" else "failed"
                 break
         except KeyboardInterrupt:
+            interrupts.clear()                # recorded below: handled
             report.result = "interrupted"
             self._end_run(report)
+            raise
+        except Exception:
+            report.result = "failed"       # the audit log itself failed: try to close the run, then report it
+            try:
+                self._end_run(report)
+            except Exception:
+                pass
             raise
         self._end_run(report)
         return report
@@ -131,9 +150,13 @@ class Executor:
         """Drift check before the first destructive step: a server that serves needs no recovery."""
         if self.ctx.options.force or not self.ctx.url:
             return None
-        if not health(self.ctx.url, 3.0).ok:
-            return None
-        answer = serves(self.ctx.url, self.ctx.model, 15.0)
+        try:
+            with _alarm(PRECHECK_S + ALARM_SLACK_S):    # a server trickling its answer cannot hold the run
+                if not health(self.ctx.url, 3.0).ok:
+                    return None
+                answer = serves(self.ctx.url, self.ctx.model, 15.0)
+        except StepTimeout:
+            return None                                  # no answer in time: it does not serve
         if answer.ok:
             return (f"the server at {self.ctx.url} serves again ({answer.detail}): nothing to recover; "
                     "use --force to run the plan anyway")
@@ -162,15 +185,24 @@ class Executor:
         try:
             with self.audit.step(step.id, step.action, args=args, number=ps.number,
                                  runbook=self.plan.runbook.id) as handle:
-                with _alarm(step.timeout_s + ALARM_SLACK_S):
-                    outcome = runner(step, self.ctx, Deadline(step.timeout_s))
+                launched_before = len(self.ctx.launched)
+                try:
+                    with _alarm(step.timeout_s + ALARM_SLACK_S):
+                        outcome = runner(step, self.ctx, Deadline(step.timeout_s))
+                finally:
+                    if outcome is None and len(self.ctx.launched) > launched_before:
+                        # Interrupted, timed out or broken after a server was started: the end record
+                        # must still name it (pid, start time), or no later run can find and stop it.
+                        handle.data = {"launched": self.ctx.launched[-1]}
                 handle.result = None if outcome.result == "ok" else outcome.result
                 handle.output = outcome.output
                 handle.data = outcome.data
         except StepTimeout as exc:
             return StepReport(ps.number, step.id, "timeout", [str(exc)],
                               f"the step did not finish in {step.timeout_s:g} s: {step.verify} — check by hand")
-        except (OSError, ValueError, RuntimeError) as exc:   # recorded as failed by the audit step
+        except AuditError:
+            raise                          # no audit, no action: the run ends here
+        except Exception as exc:           # a broken action: recorded as failed by the audit step
             return StepReport(ps.number, step.id, "failed", [f"{type(exc).__name__}: {exc}"],
                               f"the step broke off: {step.verify} — check by hand")
         return StepReport(ps.number, step.id, outcome.result, outcome.lines, outcome.by_hand)

@@ -12,6 +12,13 @@ be confirmed:
   confirmed server process, or it carries vLLM's process title (`VLLM::EngineCore`, `VLLM::Worker`)
   or the server's very command line (a forked worker that outlived its parent).
 
+A GPU process list (NVML now, nvidia-smi in the bundle) names every process on the host's GPUs,
+the other servers' too — and a neighbour replica runs the same model and carries the same vLLM
+titles. So a PID known *only* from such a list is confirmed only through this server: it is a
+descendant of a confirmed server process, or it is in the session or process group of a process
+this server's own log (or --pid, or a relaunch record) names — alive and confirmed, or gone and
+the candidate is a vLLM process (an orphaned worker). Anything else is refused: give --pid.
+
 The confirmed processes plus all their descendants are the server's process tree.
 """
 from __future__ import annotations
@@ -36,6 +43,7 @@ class Candidate:
     source: str                        # where the PID was named (source:line, "--pid", actions.jsonl:N)
     seen_at: datetime | None = None    # when that source saw it alive
     start_ticks: int | None = None     # exact start time, when this tool launched it
+    weak: bool = False                 # from a GPU process list: it may be any server's on this host
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ def candidates_from_evidence(evidence: EvidenceSet) -> list[Candidate]:
         if isinstance(pid, int) and pid > 0:
             role = str(rec.fields.get("role") or rec.fields.get("name") or rec.fields.get("process_name")
                        or "GPU process")
-            out.append(Candidate(pid, role, rec.where, rec.time))
+            out.append(Candidate(pid, role, rec.where, rec.time, weak=rec.kind == Kind.GPU_PROCESS))
     return out
 
 
@@ -111,6 +119,8 @@ def identify(candidates: Iterable[Candidate], model: str | None,
     # Servers first (they run the model); children and orphans are confirmed against them.
     confirmed: dict[int, ServerProcess] = {}
     for cand, info in pending:
+        if cand.weak:
+            continue
         if _runs_model(info, model) or (cand.start_ticks is not None and info.start_ticks == cand.start_ticks):
             how = "runs the incident's model" if _runs_model(info, model) else "launched by this tool (same start time)"
             confirmed[info.pid] = ServerProcess(info, cand.role, f"named in {cand.source}; {how}; "
@@ -118,27 +128,62 @@ def identify(candidates: Iterable[Candidate], model: str | None,
             cmdlines.add(info.cmdline)
     procs = all_procs()
     trees: dict[int, ServerProcess] = {}
-    for root in list(confirmed.values()):
-        for child in descendants(root.info, procs):
+
+    def add_tree(root: ProcInfo, label: str) -> None:
+        for child in descendants(root, procs):
             if child.pid not in confirmed and child.pid not in protected:
-                trees.setdefault(child.pid, ServerProcess(child, _role(child),
-                                                          f"child of {root.role} {root.info.pid}"))
+                trees.setdefault(child.pid, ServerProcess(child, _role(child), f"child of {label}"))
+
+    for root in list(confirmed.values()):
+        add_tree(root.info, f"{root.role} {root.info.pid}")
     for cand, info in pending:
-        if info.pid in confirmed or info.pid in trees:
+        if info.pid in confirmed or info.pid in trees or cand.weak:
             continue
         why = _orphan_reason(info, cmdlines)
         if why:
             confirmed[info.pid] = ServerProcess(info, cand.role, f"named in {cand.source}; {why}; {_started(cand, info)}")
-            for child in descendants(info, procs):
-                if child.pid not in confirmed and child.pid not in protected:
-                    trees.setdefault(child.pid, ServerProcess(child, _role(child), f"child of {cand.role} {info.pid}"))
+            add_tree(info, f"{cand.role} {info.pid}")
         else:
             result.refused.append(Refusal(info.pid, cand.role, cand.source,
                                           f"its command line {info.command(80)!r} is not this server's "
                                           f"({'model ' + model if model else 'model unknown'}), and it is not "
                                           "a child of a confirmed server process"))
+    # PIDs only a GPU process list names: confirmed only through a link to this server.
+    named_gone = {c.pid for c in result.gone if not c.weak}
+    for cand, info in pending:
+        if not cand.weak or info.pid in confirmed or info.pid in trees:
+            continue
+        why = _linked(info, set(confirmed), named_gone, model, cmdlines)
+        if why:
+            confirmed[info.pid] = ServerProcess(info, _role(info) if cand.role == "GPU process" else cand.role,
+                                                f"listed in {cand.source}; {why}; {_started(cand, info)}")
+            add_tree(info, str(info.pid))
+        else:
+            result.refused.append(Refusal(info.pid, cand.role, cand.source,
+                                          f"{info.command(80)!r} is on the GPU, but nothing links it to this "
+                                          "server (not a child of its processes, not in their session or process "
+                                          "group): it may be another server on this host; give --pid if it is "
+                                          "this one's"))
     result.processes = list(confirmed.values()) + [p for pid, p in trees.items() if pid not in confirmed]
     return result
+
+
+def _linked(info: ProcInfo, confirmed: set[int], named_gone: set[int], model: str | None,
+            cmdlines: set[tuple[str, ...]]) -> str | None:
+    """Why a process seen only on the GPU belongs to this server, or None.
+
+    A session or process group outlives its leader, and Linux does not hand out a PID while a
+    session or group still carries it: a process in the session of a PID this server's log named
+    was started from that very process (or from its children)."""
+    for kind, leader in (("session", info.sid), ("process group", info.pgid)):
+        if leader and leader != info.pid and leader in confirmed:
+            return f"in the {kind} of confirmed server process {leader}"
+    for kind, leader in (("session", info.sid), ("process group", info.pgid)):
+        if leader and leader != info.pid and leader in named_gone:
+            vllm = "runs the incident's model" if _runs_model(info, model) else _orphan_reason(info, cmdlines)
+            if vllm:
+                return f"in the {kind} of {leader}, a server process the log names (exited); {vllm}"
+    return None
 
 
 def still_same(proc: ServerProcess) -> str | None:
@@ -155,7 +200,11 @@ def _dedupe(cands: Iterable[Candidate]) -> list[Candidate]:
     best: dict[int, Candidate] = {}
     for c in cands:
         old = best.get(c.pid)
-        if old is None or (old.seen_at and c.seen_at and c.seen_at < old.seen_at) or c.start_ticks is not None:
+        if old is None or (old.weak and not c.weak):
+            best[c.pid] = c
+        elif c.weak and not old.weak:
+            continue                   # a GPU list never overrides what the server's own log says
+        elif (old.seen_at and c.seen_at and c.seen_at < old.seen_at) or c.start_ticks is not None:
             best[c.pid] = c
     return list(best.values())
 

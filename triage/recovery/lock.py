@@ -8,9 +8,11 @@ pid since reused by another program) is recognised as stale and taken over with 
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import socket
 import sys
 from dataclasses import asdict, dataclass, field
@@ -233,7 +235,12 @@ class HostLock:
     # helpers
     def _open(self) -> int:
         try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a symlink planted at the lock path (in /tmp) must not make root truncate its target
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(errno.EINVAL, "not a regular file")
+            return fd
         except OSError as exc:
             holder = ""
             try:

@@ -51,13 +51,14 @@ class Plan:
     launch_source: str | None = None
     notes: list[str] = field(default_factory=list)
     driver: str | None = None            # --driver: overrides the runbook's restart driver
+    deployment: str | None = None        # --deployment NS/NAME, for the kubectl argv the plan prints
 
 
 def build_plan(verdict: Verdict, evidence: EvidenceSet, runbook: Runbook, prepared: "Prepared | None" = None,
-               driver: str | None = None) -> Plan:
+               driver: str | None = None, deployment: str | None = None) -> Plan:
     """The runbook made concrete. With `prepared` (live /proc reads) the PIDs are the confirmed
     ones and the launch line is the running server's own; without it, what the evidence says."""
-    plan = Plan(runbook=runbook, verdict=verdict, driver=driver)
+    plan = Plan(runbook=runbook, verdict=verdict, driver=driver, deployment=deployment)
     plan.diff = [(r.setting, r.from_value, r.to_value) for r in verdict.recommendations if r.to_value is not None]
     if prepared is None:
         plan.server_url = server_url(evidence)
@@ -153,6 +154,8 @@ def _details(step: RunbookStep, plan: Plan) -> list[str]:
 def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
     driver = plan.driver or step.params.get("driver", "process")
     out = [f"driver: {driver}"]
+    if driver == "kubectl":
+        return out + _kubectl_details(step, plan)
     if step.action == "rollback":
         return out + ["relaunch with the last known-good launch arguments recorded in actions.jsonl"]
     env = {**plan.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
@@ -172,9 +175,33 @@ def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
         out.append("output:  INCIDENT/recovery/relaunch-<UTC time>.log; new session, PID and start time recorded")
     elif driver == "systemctl":
         out.append("drop-in ExecStart/Environment beside the unit (--unit), daemon-reload, restart, is-active")
-    else:
-        out.append("kubectl set env / patch container args (read live) / rollout status on --deployment NS/NAME")
     return out
+
+
+def _kubectl_details(step: RunbookStep, plan: Plan) -> list[str]:
+    """The kubectl argv the step runs, in order (the container args are read live, so the patch is
+    described by its changes)."""
+    namespace, _, name = (plan.deployment or "NAMESPACE/NAME").partition("/")
+    base = ["kubectl", "-n", namespace]
+    wait = base + ["rollout", "status", f"deployment/{name}", f"--timeout={int(max(1.0, step.timeout_s - 5))}s"]
+    if step.action == "rollback":
+        return ["run:     " + shlex.join(base + ["rollout", "undo", f"deployment/{name}"]), "run:     " + shlex.join(wait)]
+    env = {**{r.setting: str(r.to_value) for r in plan.verdict.recommendations if r.env and r.to_value is not None},
+           **plan.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
+    args_changes = [(s, old, new) for s, old, new in plan.diff if not any(r.setting == s and r.env
+                                                                          for r in plan.verdict.recommendations)]
+    out = []
+    if args_changes:
+        out.append("run:     " + shlex.join(base + ["get", "deployment", name, "-o", "json"]) + "   (the live args)")
+    if env:
+        out.append("run:     " + shlex.join(base + ["set", "env", f"deployment/{name}", *(f"{k}={v}" for k, v in env.items())]))
+    if args_changes:
+        out.append("run:     " + shlex.join(base + ["patch", "deployment", name, "--type=json", "-p"])
+                   + " '[{\"op\": \"replace\", \"path\": \"/spec/template/spec/containers/0/args\", ...}]'   (the live args "
+                   "with " + ", ".join(f"{s}: {old} -> {new}" for s, old, new in args_changes) + ")")
+    if not env and not args_changes:
+        out.append("run:     " + shlex.join(base + ["rollout", "restart", f"deployment/{name}"]))
+    return out + ["run:     " + shlex.join(wait)]
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from .redact import MASK as MASK_MARK
 from .plan import server_url
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUNTIME_CLASSES = (OomClass.BURST, OomClass.CHRONIC, OomClass.PREFIX_CACHE)
 
 
@@ -43,16 +44,31 @@ class Prepared:
 
 
 def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: list[dict[str, Any]], *,
-            pids: tuple[int, ...] = (), url: str | None = None, launch_command: str | None = None) -> Prepared:
+            pids: tuple[int, ...] = (), url: str | None = None, launch_command: str | None = None,
+            in_pod: bool = False) -> Prepared:
     notes: list[str] = []
     model = _model(verdict)
+    records = this_host(records, notes)
     relaunched = _relaunched(records)
-    cands = [Candidate(p, "--pid", "--pid") for p in pids] + _this_host(candidates_from_evidence(evidence), notes)
+    logged = _this_host(candidates_from_evidence(evidence), notes)
+    if in_pod and logged:
+        # The server runs in a pod: the PIDs its log prints are numbers in the pod's own PID namespace,
+        # and the same numbers here name other processes (another replica of the same model, even).
+        notes.append(f"the relaunch driver is kubectl: the {len(logged)} PID(s) in the logs are the pod's own "
+                     "(another PID namespace) and are not looked up here; give --pid for a process on this host")
+        logged = []
+    cands = [Candidate(p, "--pid", "--pid") for p in pids] + logged
     cands += [Candidate(int(r["pid"]), "relaunched server", f"actions.jsonl:{r['seq']}", None, int(r["start_ticks"]))
               for r in relaunched if r.get("pid") and r.get("start_ticks") is not None]
     cands += _gpu_candidates(notes)
     ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")])
     launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
+    if launch is not None and launch.base_env is None and not in_pod and not launch.source.startswith("the running"):
+        watch = ("CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN")
+        keys = ", ".join(k for k in watch if k in os.environ) or "none of " + ", ".join(watch)
+        notes.append(f"the server is not running, so its own environment cannot be read: the relaunch gets this "
+                     f"shell's environment (here: {keys}) plus the changes shown; put what it needs in incident.yaml "
+                     "launch.env or before the command in --launch-command")
     found_url = url or _relaunch_url(records) or server_url(evidence)
     return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes)
 
@@ -80,7 +96,7 @@ def _gpu_candidates(notes: list[str]) -> list[Candidate]:
     if isinstance(gpus, NoNvml):
         notes.append(f"live GPU processes not listed: {gpus}")
         return []
-    return [Candidate(pid, "GPU process", f"NVML GPU {g.index}") for g in gpus for pid in g.pids]
+    return [Candidate(pid, "GPU process", f"NVML GPU {g.index}", weak=True) for g in gpus for pid in g.pids]
 
 
 def _model(verdict: Verdict) -> str | None:
@@ -91,12 +107,28 @@ def _model(verdict: Verdict) -> str | None:
     return None
 
 
+def this_host(records: list[dict[str, Any]], notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The audit records written on this host. An incident directory may be shared (a fleet bundle on
+    NFS): another host's PIDs, URLs, launches and unfinished runs mean nothing here."""
+    host = socket.gethostname()
+    mine = [r for r in records if r.get("host") in (None, host)]
+    if notes is not None and len(mine) < len(records):
+        notes.append(f"actions.jsonl: {len(records) - len(mine)} record(s) written on other hosts are ignored here")
+    return mine
+
+
 def _relaunched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Servers earlier runs started with the process driver: pid, start_ticks, argv, seq."""
+    """Servers earlier runs started with the process driver, since the last boot: pid, start_ticks,
+    argv, seq. (A PID and start time in clock ticks are unique only until the host reboots.)"""
+    from .lock import _boot_id
+
+    boot = _boot_id()
     out = []
     for rec in records:
         launched = (rec.get("data") or {}).get("launched") if rec.get("phase") == "end" else None
         if isinstance(launched, dict) and launched.get("driver") == "process":
+            if launched.get("boot_id") and boot and launched["boot_id"] != boot:
+                continue
             out.append({**launched, "seq": rec.get("seq")})
     return out
 
@@ -121,6 +153,10 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     elif (server := _server_root(ident)) is not None:
         old, source = list(server.info.cmdline), f"the running {server.role} pid {server.info.pid}"
         cwd, base_env = _cwd(server.info.pid), _environ(server.info.pid)
+        if base_env is None or cwd is None:
+            notes.append(f"cannot read the {'environment' if base_env is None else 'working directory'} of pid "
+                         f"{server.info.pid} (another user's process?): the relaunch would get this shell's "
+                         "instead; run triage as the server's user or root")
     elif (recorded := _recorded_launch(records)) is not None:
         old, source = recorded["old_argv"], f"actions.jsonl:{recorded['seq']} (the command before the last relaunch)"
         cwd = recorded.get("cwd")
@@ -174,14 +210,20 @@ def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | N
     launch = data.get("launch") if isinstance(data, dict) else None
     if launch is None:
         return None
+    if isinstance(launch, dict) and set(launch) - {"argv", "env", "cwd"}:
+        raise BadInput(str(path), f"launch.{sorted(map(str, set(launch) - {'argv', 'env', 'cwd'}))[0]}: unknown key "
+                                  "(allowed: argv, env, cwd)")
     argv = launch.get("argv") if isinstance(launch, dict) else None
     if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int, float)) for a in argv):
         raise BadInput(str(path), "launch.argv must be a non-empty list of strings")
     env = launch.get("env") or {}
-    if not isinstance(env, dict):
-        raise BadInput(str(path), "launch.env must be a mapping")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME.match(k) and not isinstance(v, bool)
+                                            and isinstance(v, (str, int, float)) for k, v in env.items()):
+        raise BadInput(str(path), "launch.env must be a mapping of NAME: value (strings or numbers)")
     cwd = launch.get("cwd")
-    return [str(a) for a in argv], {str(k): str(v) for k, v in env.items()}, str(cwd) if cwd else None
+    if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
+        raise BadInput(str(path), "launch.cwd must be an absolute directory path")
+    return [str(a) for a in argv], {str(k): str(v) for k, v in env.items()}, cwd or None
 
 
 def _known_good(verdict: Verdict, records: list[dict[str, Any]], launch: LaunchSpec | None) -> list[str] | None:
@@ -190,10 +232,20 @@ def _known_good(verdict: Verdict, records: list[dict[str, Any]], launch: LaunchS
     launches = [r["args"] for r in records if r.get("phase") == "start" and r.get("action") == "restart"
                 and isinstance((r.get("args") or {}).get("argv"), list)]
     replaced = launches[-1]["argv"] if launches else None
-    for rec in reversed(records):
-        argv = (rec.get("data") or {}).get("serving_argv")
-        if rec.get("action") == "wait_healthy" and rec.get("result") == "ok" and isinstance(argv, list) \
-                and argv != replaced and not any(MASK_MARK in str(a) for a in argv):
+    served: list[list[Any]] = []
+    last_launch: list[Any] | None = None
+    for rec in records:
+        args = rec.get("args") or {}
+        if rec.get("phase") == "start" and rec.get("action") in ("restart", "rollback") \
+                and isinstance(args.get("argv"), list):
+            last_launch = args["argv"]
+        if rec.get("action") == "wait_healthy" and rec.get("phase") == "end" and rec.get("result") == "ok":
+            # A resumed run did not start the server it waited for: the launch before it did.
+            argv = (rec.get("data") or {}).get("serving_argv") or last_launch
+            if isinstance(argv, list):
+                served.append(argv)
+    for argv in reversed(served):
+        if argv != replaced and not any(MASK_MARK in str(a) for a in argv):
             return [str(a) for a in argv]
     if verdict.oom_class not in RUNTIME_CLASSES:
         return None                      # a start-up failure never served with its original command

@@ -27,6 +27,8 @@ class ProcInfo:
     uid: int
     comm: str                   # the kernel's 15-character name (prctl / setproctitle)
     cmdline: tuple[str, ...]
+    pgid: int = 0               # process group and session: an orphan keeps its server's
+    sid: int = 0
 
     @property
     def start_utc(self) -> datetime | None:
@@ -64,7 +66,8 @@ def read_proc(pid: int) -> ProcInfo | None:
     try:
         info = ProcInfo(pid=pid, ppid=int(fields[1]), state=fields[0], start_ticks=int(fields[19]), uid=uid,
                         comm=stat[open_paren + 1:close_paren],
-                        cmdline=tuple(a.decode("utf-8", "replace") for a in raw_cmd.split(b"\0") if a))
+                        cmdline=tuple(a.decode("utf-8", "replace") for a in raw_cmd.split(b"\0") if a),
+                        pgid=int(fields[2]), sid=int(fields[3]))
     except ValueError:
         return None
     return info if info.alive else None
@@ -172,10 +175,13 @@ def gone(expected: ProcInfo) -> bool:
 
 def wait_gone(procs: list[ProcInfo], until: float, poll_s: float = 0.1) -> list[ProcInfo]:
     """Wait (until the monotonic time `until`) for every process to exit; those still alive."""
+    from . import interrupts
+
     while True:
         left = [p for p in procs if not gone(p)]
         if not left or time.monotonic() >= until:
             return left
+        interrupts.check()
         time.sleep(min(poll_s, max(0.0, until - time.monotonic())))
 
 

@@ -7,6 +7,7 @@ into a silently skipped safety step.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -19,13 +20,20 @@ from ..paths import runbooks_dir
 ACTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "drain": {"poll_s": (int, float), "max_wait_s": (int, float)},
     "stop_server": {"grace_s": (int, float)},
-    "check_gpu_free": {"min_free_share": float},
+    "check_gpu_free": {"min_free_share": (int, float)},
     "gpu_reset": {"require_flag": bool},
     "restart": {"driver": str, "env": dict, "log": str},
     "wait_healthy": {"retries": int, "backoff_s": (int, float), "completion_deadline_s": (int, float)},
-    "verify": {"window_s": (int, float), "max_kv_usage": float, "max_gpu_share": float},
+    "verify": {"window_s": (int, float), "max_kv_usage": (int, float), "max_gpu_share": (int, float)},
     "manual": {"instruction": str},
     "rollback": {"driver": str},
+}
+# Bounds a value must keep (low, high): a negative grace is an instant SIGKILL, a share of 5 never
+# passes, zero retries never probes /health.
+RANGES: dict[str, tuple[float, float | None]] = {
+    "poll_s": (0.05, None), "max_wait_s": (0, None), "grace_s": (0, None), "min_free_share": (0, 1),
+    "retries": (1, None), "backoff_s": (0, None), "completion_deadline_s": (0.1, None), "window_s": (0, None),
+    "max_kv_usage": (0.01, 1), "max_gpu_share": (0.01, 1),
 }
 DRIVERS = ("process", "systemctl", "kubectl")
 STEP_KEYS = {"id", "title", "action", "params", "timeout_s", "on_failure", "verify"}
@@ -117,6 +125,16 @@ def _step(where: "_Where", raw: Any, path: str) -> RunbookStep:
             where.fail(f"{path}.params.{key}", f"unknown parameter for {action} (allowed: {', '.join(allowed) or 'none'})")
         if isinstance(value, bool) and allowed[key] is not bool or not isinstance(value, allowed[key]):
             where.fail(f"{path}.params.{key}", f"expected {_type_name(allowed[key])}")
+        if key in RANGES:
+            low, high = RANGES[key]
+            if value < low or (high is not None and value > high):
+                where.fail(f"{path}.params.{key}", f"{value!r} is out of range (expected "
+                           + (f"{low:g} to {high:g})" if high is not None else f"at least {low:g})"))
+        if key == "env":
+            for name, text in value.items():
+                if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) \
+                        or isinstance(text, bool) or not isinstance(text, (str, int, float)):
+                    where.fail(f"{path}.params.env.{name}", "expected NAME: value (a string or number)")
     if action in ("restart", "rollback") and params.get("driver", "process") not in DRIVERS:
         where.fail(f"{path}.params.driver", f"expected one of {', '.join(DRIVERS)}")
     if action == "manual" and not params.get("instruction"):

@@ -5,15 +5,13 @@ the modules it calls, so the same recovery can run from a bot or a test without 
 """
 from __future__ import annotations
 
-import signal
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-from ..errors import ExitCode, TriageError
+from ..errors import BadInput, ExitCode, TriageError
 from ..model import EvidenceSet, Verdict
+from . import interrupts
 from .audit import AuditLog
 from .context import ExecOptions, RunContext
 from .executor import Executor, RunReport, StepReport, resume_point
@@ -36,11 +34,13 @@ class Session:
     prepared: Prepared
     audit: AuditLog
     warnings: list[str] = field(default_factory=list)
+    audit_seen: tuple[int, str | None] = (0, None)    # (records, last hash) the plan was built from
 
 
 def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs: Sequence[str] = (),
                  params: Sequence[str] = (), pids: Sequence[int] = (), url: str | None = None,
-                 launch_command: str | None = None, driver: str | None = None) -> Session:
+                 launch_command: str | None = None, driver: str | None = None,
+                 deployment: str | None = None) -> Session:
     """Read the incident and build the plan. Reads /proc and actions.jsonl; writes nothing."""
     from ..api import classify_paths
 
@@ -55,11 +55,87 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
     book = select(load_runbooks([Path(d) for d in runbook_dirs]), name)
     if params:
         book = with_overrides(book, params)
+    if url is not None:
+        _check_url(url)
     audit = AuditLog(root)
+    seen = _audit_state(audit)
+    relaunch = next((s for s in book.steps if s.action in ("restart", "rollback")), None)
+    in_pod = (driver or (str(relaunch.params.get("driver", "process")) if relaunch else None)) == "kubectl"
     prepared = prepare(root, verdict, evidence, audit.records(), pids=tuple(pids), url=url,
-                       launch_command=launch_command)
-    plan = build_plan(verdict, evidence, book, prepared, driver=driver)
-    return Session(root, verdict, evidence, plan, prepared, audit)
+                       launch_command=launch_command, in_pod=in_pod)
+    plan = build_plan(verdict, evidence, book, prepared, driver=driver, deployment=deployment)
+    return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen)
+
+
+def _check_url(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise BadInput("--url", f"{url!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise BadInput("--url", f"{url!r} is not the server's base URL (like http://127.0.0.1:8000)")
+    if port == 0:
+        raise BadInput("--url", f"{url!r}: port 0 is no server's port")
+
+
+def _audit_state(audit: AuditLog) -> tuple[int, str | None]:
+    """How many records actions.jsonl holds and the hash of the last one."""
+    records = audit.records()
+    return len(records), (str(records[-1].get("hash")) if records else None)
+
+
+def preflight(session: Session, options: ExecOptions, done: Sequence[str] = ()) -> list[str]:
+    """What would make a step fail for want of an option, checked before anything is done: a
+    server stopped and then not relaunched because --unit was missing is an outage of our making."""
+    problems: list[str] = []
+    p = session.prepared
+    for ps in session.plan.steps:
+        step = ps.step
+        if step.id in done or step.action not in ("restart", "rollback"):
+            continue
+        driver = options.driver or str(step.params.get("driver", "process"))
+        where = f"step {ps.number} ({step.id}, driver {driver})"
+        if driver == "systemctl" and not options.unit:
+            problems.append(f"{where} needs the systemd unit: give --unit NAME")
+        if driver == "kubectl":
+            ns, _, name = (options.deployment or "").partition("/")
+            if not ns or not name or "/" in name:
+                problems.append(f"{where} needs the deployment: give --deployment NAMESPACE/NAME")
+            continue                         # kubectl reads the container args live; no local command needed
+        if step.action == "restart" and p.launch is None:
+            problems.append(f"{where} has no command to start the server with: give --launch-command '…' "
+                            "(or launch: {argv: […]} in incident.yaml)")
+        if step.action == "rollback" and not p.known_good:
+            problems.append(f"{where} has no known-good launch: actions.jsonl records no launch that served, and "
+                            "the original command never served; relaunch by hand")
+    return problems
+
+
+def _redo_stop(session: Session, done: list[str], say: Callable[[str], None]) -> list[str]:
+    """A resumed run that still has to relaunch skips its completed stop step only while nothing
+    of the server runs: a server an interrupted or failed relaunch left running is stopped again,
+    never joined by a second copy. (A relaunch that completed is not redone: the run goes on
+    waiting for that server.)"""
+    from .procs import gone
+
+    steps = session.plan.steps
+    pending = next((i for i, ps in enumerate(steps) if ps.step.id not in done), len(steps))
+    if not any(ps.step.action in ("restart", "rollback") for ps in steps[pending:]):
+        return done
+    stops = [i for i, ps in enumerate(steps[:pending]) if ps.step.action == "stop_server"]
+    if not stops:
+        return done
+    running = [p for p in session.prepared.identification.processes if not gone(p.info)]
+    if not running:
+        return done
+    again = steps[stops[-1]]
+    say(f"server processes are running ({', '.join(str(p.info.pid) for p in running)}) although step "
+        f"{again.number} ({again.step.id}) completed before: it runs again, and every step after it")
+    earlier = {ps.step.id for ps in steps[:stops[-1]]}
+    return [d for d in done if d in earlier]
 
 
 def execute(session: Session, options: ExecOptions, *, show_step: Callable[[PlannedStep], None] = lambda ps: None,
@@ -74,29 +150,27 @@ def execute(session: Session, options: ExecOptions, *, show_step: Callable[[Plan
     with HostLock(lock_path) as lock:
         if lock.warning:
             options.say(f"warning: {lock.warning}")
+        if _audit_state(session.audit) != session.audit_seen:
+            raise TriageError(f"{session.audit.path} changed since this plan was made (another recovery ran in "
+                              "the meantime): nothing was done; run the command again to plan from what runs now")
         resume_from, done = resume_point(session.audit, session.plan)
+        if done:
+            done = _redo_stop(session, done, options.say)
+        problems = preflight(session, options, done)
+        if problems:
+            raise TriageError("; ".join(problems) + " — nothing was done")
         if resume_from and done:
             options.say(f"resuming run {resume_from}: steps {', '.join(done)} already completed")
         p = session.prepared
         ctx = RunContext(session.incident, session.plan.runbook.id, p.model, p.url, p.identification, p.launch,
-                         options, known_good=p.known_good, verdict=session.verdict)
-        with _sigterm_interrupts():
+                         options, known_good=p.known_good, verdict=session.verdict,
+                         relaunch_driver=_relaunch_driver(session, options))
+        with interrupts.handled():
             return Executor(session.plan, ctx, session.audit, show_step, show_result).run(resume_from, done)
 
 
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM (a supervisor stopping this run) is handled like Ctrl-C: the step in progress is
-    recorded as interrupted and the run ends cleanly, so the audit trail says what happened."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _relaunch_driver(session: Session, options: ExecOptions) -> str | None:
+    for ps in session.plan.steps:
+        if ps.step.action in ("restart", "rollback"):
+            return options.driver or str(ps.step.params.get("driver", "process"))
+    return None

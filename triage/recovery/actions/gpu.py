@@ -37,10 +37,17 @@ def reset(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
     if isinstance(gpus, NoNvml):
         return failed("reset by hand once you have checked no process uses the GPU",
                       f"{gpus}: cannot prove that no process uses the GPU, so no reset")
+    targets, known = _server_gpus(gpus, ctx, exact=True)
+    if not known and len(gpus) > 1:
+        return failed("reset the server's GPU by hand (nvidia-smi --gpu-reset -i N), or record CUDA_VISIBLE_DEVICES "
+                      "in the launch environment", f"which of the {len(gpus)} GPUs the server used is not known "
+                      "(no CUDA_VISIBLE_DEVICES): no reset")
+    busy = [g for g in targets if g.pids]
+    if busy:                         # every GPU is checked before any is reset
+        return failed("stop those processes first",
+                      *(f"GPU {g.index} is in use by {list(g.pids)}: no reset" for g in busy))
     lines = []
-    for gpu in _server_gpus(gpus, ctx):
-        if gpu.pids:
-            return failed("stop those processes first", *lines, f"GPU {gpu.index} is in use by {list(gpu.pids)}: no reset")
+    for gpu in targets:
         argv = ["nvidia-smi", "--gpu-reset", "-i", str(gpu.index)]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=max(1.0, deadline.left()))
@@ -52,11 +59,13 @@ def reset(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
     return ok(*lines)
 
 
-def _server_gpus(gpus: list[GpuReading], ctx: RunContext) -> list[GpuReading]:
-    """The GPUs the server was given (its CUDA_VISIBLE_DEVICES, by index or UUID), else all of them."""
-    env = (ctx.launch.base_env if ctx.launch else None) or os.environ
+def _server_gpus(gpus: list[GpuReading], ctx: RunContext, exact: bool = False):
+    """The GPUs the server was given (its CUDA_VISIBLE_DEVICES, by index or UUID), else all of them.
+
+    With `exact`: (those GPUs, whether they are known) — a reset must not guess."""
+    env = {**((ctx.launch.base_env if ctx.launch else None) or os.environ), **(ctx.launch.env if ctx.launch else {})}
     visible = [v.strip() for v in str(env.get("CUDA_VISIBLE_DEVICES", "")).split(",") if v.strip()]
-    if not visible:
-        return gpus
-    chosen = [g for g in gpus if str(g.index) in visible or g.uuid in visible]
+    chosen = [g for g in gpus if str(g.index) in visible or g.uuid in visible] if visible else []
+    if exact:
+        return (chosen, True) if chosen else (gpus, False)
     return chosen or gpus

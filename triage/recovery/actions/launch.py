@@ -24,7 +24,8 @@ from typing import Any
 from ...advice import apply_changes
 from ...live.server import health
 from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok
-from ..procs import read_proc
+from ..lock import _boot_id
+from ..procs import gone, read_proc
 from ..runbooks import RunbookStep
 
 SERVING_URL = re.compile(r"(?:Starting vLLM API server(?: \d+)? on|Uvicorn running on) (https?://[\w.\-\[\]:]+)")
@@ -36,15 +37,21 @@ _KEEP: list[subprocess.Popen] = []          # relaunched servers outlive this to
 
 def restart(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
     spec = ctx.launch
+    env = {**(spec.env if spec else {}), **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
+    if _driver(step, ctx) == "kubectl":             # the container args are read live: no local command
+        recs = ctx.verdict.recommendations if ctx.verdict else []
+        advised = {r.setting: str(r.to_value) for r in recs if r.env and r.to_value is not None}
+        return _kubectl(ctx, deadline, {**advised, **env})
     if spec is None:
         return failed("give the launch command with --launch-command '…' (or `launch: {argv: […]}` in "
                       "incident.yaml) and re-run", "no launch command: the server is not running and the evidence "
                       "has no command line")
-    env = {**spec.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
     return _drive(step, ctx, deadline, spec, env)
 
 
 def rollback(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+    if _driver(step, ctx) == "kubectl":
+        return _kubectl(ctx, deadline, {}, undo=True)   # the deployment's own history knows what served
     if not ctx.known_good:
         return failed("relaunch by hand with the command that last served",
                       "no known-good launch: actions.jsonl has no launch that passed a health check, and the "
@@ -56,24 +63,34 @@ def rollback(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
     return _drive(step, ctx, deadline, spec, {})
 
 
+def _driver(step: RunbookStep, ctx: RunContext) -> str:
+    return ctx.options.driver or str(step.params.get("driver", "process"))
+
+
 def _drive(step: RunbookStep, ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
-    driver = ctx.options.driver or str(step.params.get("driver", "process"))
-    if driver == "systemctl":
+    if _driver(step, ctx) == "systemctl":
         return _systemctl(ctx, deadline, spec, env)
-    if driver == "kubectl":
-        return _kubectl(ctx, deadline, spec, env)
     return _process(ctx, deadline, spec, env)
 
 
 # -- process ------------------------------------------------------------------------------------
 
 def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
+    running = [p for p in ctx.identification.processes if not gone(p.info)]
+    if running:
+        return failed("stop the server first (its stop step), then relaunch; or stop it by hand",
+                      "the server is still running: " + ", ".join(f"{p.info.pid} ({p.role})" for p in running)
+                      + " — a second copy would fight it for the GPU and the port")
+    if spec.cwd and not os.path.isdir(spec.cwd):
+        return failed("give the command with --launch-command from the right directory, or fix launch.cwd",
+                      f"the server's working directory {spec.cwd} is gone: relative paths in its command would "
+                      "resolve elsewhere")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     log_dir = ctx.incident / RELAUNCH_DIR
     log_dir.mkdir(exist_ok=True)
     log_path = log_dir / f"relaunch-{stamp}.log"
     full_env = {**(spec.base_env if spec.base_env is not None else os.environ), **env}
-    cwd = spec.cwd if spec.cwd and os.path.isdir(spec.cwd) else None
+    cwd = spec.cwd or None
     lines = [f"argv: {shlex.join(spec.argv)}", *(f"env: {k}={v}" for k, v in env.items()),
              f"log: {log_path.relative_to(ctx.incident)}"]
     with open(log_path, "ab") as out:
@@ -86,8 +103,8 @@ def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[st
     _KEEP.append(proc)
     info = read_proc(proc.pid)
     launched: dict[str, Any] = {"pid": proc.pid, "start_ticks": info.start_ticks if info else None,
-                                "argv": spec.argv, "env": sorted(env), "log": str(log_path.relative_to(ctx.incident)),
-                                "driver": "process"}
+                                "boot_id": _boot_id(), "argv": spec.argv, "env": sorted(env),
+                                "log": str(log_path.relative_to(ctx.incident)), "driver": "process"}
     ctx.launched.append(launched)
     lines.append(f"started pid {proc.pid} in its own session")
     while True:
@@ -177,12 +194,22 @@ def kubectl_commands(namespace: str, name: str, env: dict[str, str], new_args: l
     return cmds
 
 
-def _kubectl(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
+def _kubectl(ctx: RunContext, deadline: Deadline, env: dict[str, str], undo: bool = False) -> Outcome:
     target = ctx.options.deployment
-    if not target or "/" not in target:
+    namespace, _, name = (target or "").partition("/")
+    if not namespace or not name or "/" in name:
         return failed("give the deployment with --deployment NAMESPACE/NAME", "the kubectl driver needs the deployment")
-    namespace, name = target.split("/", 1)
     lines: list[str] = []
+    if undo:
+        base = ["kubectl", "-n", namespace]
+        wait = f"--timeout={int(max(1.0, deadline.left() - 5))}s"
+        for argv in (base + ["rollout", "undo", f"deployment/{name}"],
+                     base + ["rollout", "status", f"deployment/{name}", wait]):
+            done = _run(argv, deadline)
+            lines.append(done[1])
+            if not done[0]:
+                return failed(f"see `kubectl -n {namespace} rollout history deployment/{name}`", *lines)
+        return ok(*lines, launched={"driver": "kubectl", "deployment": target, "undo": True})
     new_args = None
     recs = [r for r in (ctx.verdict.recommendations if ctx.verdict else []) if not r.env and r.to_value is not None]
     if recs:

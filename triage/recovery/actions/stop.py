@@ -12,8 +12,9 @@ import time
 
 from ...live.nvml import NoNvml, read_gpus
 from ..context import Deadline, Outcome, RunContext, aborted, failed, ok
-from ..identify import still_same
-from ..procs import Drifted, send, wait_gone
+from ...live.server import health
+from ..identify import ServerProcess, still_same
+from ..procs import Drifted, all_procs, descendants, protected_pids, send, wait_gone
 from ..runbooks import RunbookStep
 
 KILL_WAIT_S = 5.0
@@ -26,10 +27,13 @@ def run(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
         lines.append("already exited: " + ", ".join(f"{c.pid} ({c.role})" for c in ident.gone))
     procs = [p for p in ident.processes]
     if not procs:
-        return ok(*lines, "no process of this server is running: nothing to stop", signalled=[])
+        return _nothing_identified(ctx, lines)
     drift = [d for d in (still_same(p) for p in procs) if d]
     if drift:
         return aborted("re-run `triage recover` to identify the server again", *lines, *drift)
+    procs += _new_children(procs)
+    for p in procs[len(ident.processes):]:
+        lines.append(f"also {p.info.pid} ({p.role}): {p.why}")
     infos = [p.info for p in procs]
     signalled: list[int] = []
     try:
@@ -63,6 +67,40 @@ def run(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
         return failed("the GPU memory did not come back: look for leftover processes with nvidia-smi; "
                       "a reset may be needed (gpu_fault runbook)", *lines, signalled=signalled, killed=killed)
     return ok(*lines, signalled=signalled, killed=killed)
+
+
+def _nothing_identified(ctx: RunContext, lines: list[str]) -> Outcome:
+    """No process to stop: fine when the server is down, not when it still answers and the relaunch
+    would start a second copy beside it."""
+    if ctx.url:
+        probe = health(ctx.url, 3.0)
+        if probe.status is not None:
+            line = (f"{ctx.url} still answers ({probe.detail}), but none of its processes was identified "
+                    "(refused or not named)")
+            if ctx.relaunch_driver in (None, "process"):
+                return failed("find the server's PID (ss -ltnp, ps -eo pid,lstart,args) and give it with --pid; "
+                              "nothing was signalled", *lines, line, signalled=[])
+            return ok(*lines, line, f"the {ctx.relaunch_driver} driver replaces it", signalled=[])
+    return ok(*lines, "no process of this server is running: nothing to stop", signalled=[])
+
+
+def _new_children(procs: list[ServerProcess]) -> list[ServerProcess]:
+    """Children the server started since it was identified (a worker respawned, an engine core
+    restarted): snapshot the tree again before the first signal, while every parent link is still
+    there — once the parent dies its children are re-parented and no longer findable as its own."""
+    now = all_procs()
+    known = {p.info.pid for p in procs}
+    protected = protected_pids()
+    extra: list[ServerProcess] = []
+    for p in procs:
+        if not p.info.same_process(now.get(p.info.pid)):
+            continue                  # gone (a reused PID aborted above): its old children are not followed
+        for child in descendants(p.info, now):
+            if child.pid not in known and child.pid not in protected:
+                known.add(child.pid)
+                extra.append(ServerProcess(child, child.comm or "child",
+                                           f"child of {p.role} {p.info.pid}, started since the server was identified"))
+    return extra
 
 
 def _gpu_released(pids: list[int], deadline: Deadline) -> tuple[bool, str]:
