@@ -208,6 +208,10 @@ class RecoverConsole:
         style = "green" if report.ok else "red"
         self.out.print(Text.assemble(("recovery " + report.result.upper(), f"bold {style}"),
                                      f"  run {report.run_id}, runbook {report.runbook}: {done}"))
-        if not report.ok:
+        serving = any("serves again" in line for s in report.steps for line in s.lines)
+        if serving:
+            self.out.print(Text("the server serves: nothing was changed (use --force to run the plan anyway)",
+                                style="dim"))
+        elif not report.ok:
             self.out.print(Text("re-run the same command to resume after the last completed step; "
                                 "`triage audit verify INCIDENT` checks the trail", style="dim"))
