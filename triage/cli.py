@@ -18,7 +18,28 @@ from .errors import ExitCode, TriageError
 PROGRESS_MIN_BYTES = 100 * 1024 * 1024
 
 
+# Commands that live with their feature, imported only when named: `triage classify` must not
+# pay for the timeline, postmortem or simulator modules at start-up.
+LAZY_COMMANDS = {
+    "sim": "triage.sim.cli:sim",
+    "note": "triage.timeline.cli:note",
+    "timeline": "triage.timeline.cli:timeline",
+    "postmortem": "triage.postmortem.cli:postmortem",
+}
+
+
 class TriageGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            from importlib import import_module
+
+            module, _, attr = LAZY_COMMANDS[name].partition(":")
+            self.add_command(getattr(import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -232,34 +253,6 @@ def audit_verify(incident: str) -> None:
     for problem in report.problems:
         click.echo(f"triage: {problem}", err=True)
     sys.exit(int(ExitCode.BAD_INPUT))
-
-
-def _register_sim() -> None:
-    from .sim.cli import sim   # a click group only; the simulator loads when it runs
-
-    main.add_command(sim)
-
-
-_register_sim()
-
-
-def _register_timeline() -> None:
-    from .timeline.cli import note, timeline   # click commands only; the timeline loads when they run
-
-    main.add_command(note)
-    main.add_command(timeline)
-
-
-_register_timeline()
-
-
-def _register_postmortem() -> None:
-    from .postmortem.cli import postmortem   # a click command only; jinja2 loads when it runs
-
-    main.add_command(postmortem)
-
-
-_register_postmortem()
 
 
 class _progress:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from ..errors import BadInput
 from ..recovery.redact import redact_output
-from .render import BUNDLED, PostmortemError, resolve_template, validate, write_atomic
 
 DEFAULT_NAME = "postmortem.md"
 
@@ -42,7 +41,7 @@ def render_postmortem(incident: str | Path, *, template: str | None = None, now:
                       output: Path | None = None, inputs=None) -> Postmortem:
     """`output`: where the markdown will be written (its chart goes beside it); None: stdout, no chart."""
     from .context import build_context, load_inputs
-    from .render import render
+    from .render import render, resolve_template, validate
 
     chosen = resolve_template(template)
     validate(chosen)                                  # a bad template fails before any reading
@@ -60,6 +59,8 @@ def render_postmortem(incident: str | Path, *, template: str | None = None, now:
 
 def check_output(output: Path) -> None:
     """Refuse a target that cannot be written before anything is: nothing is left half-way."""
+    from .render import PostmortemError
+
     directory = output.parent if str(output.parent) else Path(".")
     if output.is_dir():
         raise PostmortemError(f"{output}: is a directory (give a file name, e.g. {output / DEFAULT_NAME})")
@@ -69,6 +70,8 @@ def check_output(output: Path) -> None:
 
 def write_postmortem(pm: Postmortem, output: Path) -> list[Path]:
     """The chart first, then the markdown that links it; each written atomically."""
+    from .render import write_atomic
+
     check_output(output)
     written = []
     if pm.chart_svg is not None and pm.chart_name:
@@ -81,3 +84,13 @@ def write_postmortem(pm: Postmortem, output: Path) -> list[Path]:
 
 __all__ = ["BUNDLED", "DEFAULT_NAME", "Postmortem", "PostmortemError", "chart_name_for", "check_output",
            "default_output", "render_postmortem", "write_postmortem"]
+
+
+def __getattr__(name: str):
+    # The template machinery (jinja2, the view classes) loads only when a postmortem is made:
+    # `triage classify` imports this package's click command and must stay fast.
+    if name in ("BUNDLED", "PostmortemError", "resolve_template", "validate", "write_atomic"):
+        from . import render
+
+        return getattr(render, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
