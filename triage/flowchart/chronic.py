@@ -12,7 +12,6 @@ RAM leak (RSS growth, OOMKilled) which is not a GPU OOM.
 """
 from __future__ import annotations
 
-from statistics import mean, pstdev
 
 from ..evidence.kinds import Kind
 from ..model import Cause, Evidence, OomClass
@@ -78,7 +77,7 @@ def leak(ctx: Context, oom: Evidence | None) -> Cause | None:
         if first[1].time is None or last[1].time is None or (last[1].time - first[1].time).total_seconds() < LEAK_MIN_SPAN_S:
             return None
         load = [s.fields.get("running") for s in ctx.ev.of(Kind.STATS) if s.fields.get("running") is not None]
-        if len(load) < 3 or not (mean(load) > 0 and pstdev(load) / mean(load) < 0.5):
+        if len(load) < 3 or not _steady(load):
             return None
     span = ""
     if first[1].time and last[1].time:
@@ -134,3 +133,10 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     evidence = ([oom] if oom else []) + [e for c in causes for e in c.evidence]
     return Assessment(CLASS, round(min(confidence, 0.95), 2), summary, "; ".join(c.title for c in causes[:2]),
                       evidence, causes, [])
+
+
+def _steady(load: list[float]) -> bool:
+    """A stable request rate: coefficient of variation under 0.5 (statistics loads only here)."""
+    from statistics import mean, pstdev
+
+    return mean(load) > 0 and pstdev(load) / mean(load) < 0.5
