@@ -589,3 +589,14 @@ def test_a_bundle_with_notes_but_no_evidence_still_renders_and_says_what_to_atta
     result = runner.invoke(main, ["postmortem", str(bundle), "-o", "-"])
     assert result.exit_code == 0, result.stderr
     assert "triage verdict `unknown`" in result.stdout and "pods crash-looping" in result.stdout
+
+
+def test_a_user_template_cannot_reach_python_internals(tmp_path, runner):
+    from triage.cli import main
+
+    evil = tmp_path / "evil.md.j2"
+    evil.write_text("{{ ''.__class__.__mro__[1].__subclasses__() }}\n")
+    result = runner.invoke(main, ["postmortem", str(sample("incident-a-multimodal-fleet")), "--template", str(evil),
+                                  "-o", "-"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "__subclasses__" not in result.stdout

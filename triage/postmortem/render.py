@@ -55,8 +55,10 @@ def resolve_template(spec: str | os.PathLike[str] | None) -> Template:
 
 def environment(search: Iterable[Path]):
     import jinja2   # only postmortems need it
+    from jinja2.sandbox import SandboxedEnvironment
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(p) for p in search]),
+    # Sandboxed: a template passed around a team can read the context, not Python's internals.
+    env = SandboxedEnvironment(loader=jinja2.FileSystemLoader([str(p) for p in search]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True, autoescape=False)
     env.filters.update(cite=cite, refs=refs, cell=cell, code=code, ucfirst=ucfirst)
