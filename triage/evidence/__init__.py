@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Sequence
 
+from ..bundle import RELAUNCH_DIR, read_incident, zone
 from ..errors import BadInput
 from ..model import EvidenceSet, SourceInfo
 from ..timeref import TimeReference, default_reference, parse_iso
@@ -106,9 +107,9 @@ def expand(paths: Sequence[str], stdin_data: bytes | None = None,
     return inputs, bundle
 
 
-# Sub-directories of a bundle written after the failure: the servers recovery relaunched log
-# there, and what happened after the incident must not change its diagnosis.
-_NOT_EVIDENCE_DIRS = {"recovery"}
+# Sub-directories of a bundle written after the failure: what happened after the incident must
+# not change its diagnosis.
+_NOT_EVIDENCE_DIRS = {RELAUNCH_DIR}
 
 
 def _derived(name: str) -> bool:
@@ -148,44 +149,19 @@ def _spool(stream, spool: list[str] | None) -> str:
 def time_reference(bundle: Path | None, year: int | None, tz_name: str | None) -> TimeReference:
     tz = tz_source = None
     if tz_name:
-        tz, tz_source = _zone(tz_name), f"{tz_name} (--tz)"
+        tz, tz_source = zone(tz_name, "--tz"), f"{tz_name} (--tz)"
     if bundle is not None:
-        meta = _incident_meta(bundle)
+        meta, meta_path = read_incident(bundle)
         created = parse_iso(str(meta.get("created", ""))) if meta.get("created") else None
         if tz is None and meta.get("timezone"):
             try:
-                tz, tz_source = _zone(str(meta["timezone"])), f"{meta['timezone']} (incident.yaml)"
+                tz, tz_source = zone(str(meta["timezone"]), meta_path or bundle), f"{meta['timezone']} (incident.yaml)"
             except BadInput:
                 tz = None
         if created is not None and year is None:
             ref = default_reference(None, tz, tz_source)
             return TimeReference(created, "incident.yaml", ref.tz, ref.tz_source, None)
     return default_reference(year, tz, tz_source)
-
-
-def _zone(name: str):
-    if name.upper() in ("UTC", "Z"):
-        from datetime import timezone
-        return timezone.utc
-    try:
-        from zoneinfo import ZoneInfo
-        return ZoneInfo(name)
-    except Exception:
-        raise BadInput("--tz", f"unknown time zone {name!r}") from None
-
-
-def _incident_meta(bundle: Path) -> dict:
-    for name in ("incident.yaml", "incident.yml"):
-        f = bundle / name
-        if f.exists():
-            import yaml  # only bundles have incident.yaml; keep it off the cold path
-
-            try:
-                data = yaml.safe_load(f.read_text(encoding="utf-8", errors="replace"))
-            except yaml.YAMLError as exc:
-                raise BadInput(str(f), f"invalid YAML: {str(exc).splitlines()[0]}") from None
-            return data if isinstance(data, dict) else {}
-    return {}
 
 
 def scrape(url: str, timeout: float = 10.0) -> InputFile:

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import BadInput
 from ..evidence.kinds import Kind
 from ..model import EvidenceSet, Verdict
 from ..recovery.redact import redact_output
@@ -59,17 +60,12 @@ def load_inputs(incident: str | Path) -> Inputs:
 
 
 def read_meta(bundle: Path) -> dict[str, Any]:
-    for name in ("incident.yaml", "incident.yml"):
-        path = bundle / name
-        if path.is_file():
-            import yaml
+    from ..bundle import read_incident
 
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
-            except yaml.YAMLError:
-                return {}                 # the timeline reports a broken incident.yaml
-            return data if isinstance(data, dict) else {}
-    return {}
+    try:
+        return read_incident(bundle)[0]
+    except BadInput:
+        return {}                 # the timeline reports a broken incident.yaml
 
 
 def build_context(src: Inputs, *, now: datetime | None = None, chart_link: str | None = None) -> tuple[Context, Chart]:

@@ -53,13 +53,6 @@ class LaunchSpec:
     source: str                         # where argv came from ("the running APIServer pid 12", "--launch-command")
     old_argv: list[str] | None = None   # the command line before the verdict's changes
 
-    def diff(self) -> list[str]:
-        if not self.old_argv:
-            return []
-        import difflib
-
-        return [line for line in difflib.ndiff(self.old_argv, self.argv) if line[:1] in "+-"]
-
 
 @dataclass
 class ExecOptions:

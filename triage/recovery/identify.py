@@ -252,10 +252,5 @@ def _started(cand: Candidate, info: ProcInfo) -> str:
     return when
 
 
-def confirm_given(pid: int) -> Candidate:
-    """A `--pid` from the operator: a candidate like any other (it must still run the model)."""
-    return Candidate(pid, "--pid", "--pid")
-
-
-__all__ = ["Candidate", "Identification", "Refusal", "ServerProcess", "candidates_from_evidence", "confirm_given",
+__all__ = ["Candidate", "Identification", "Refusal", "ServerProcess", "candidates_from_evidence",
            "identify", "still_same"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import TriageError
 from .audit import current_user, rfc3339
+from .procs import boot_id, read_proc
 from .redact import redact
 
 LOCK_NAME = "triage-recover.lock"
@@ -43,38 +44,11 @@ class ProcStart:
 
 def proc_start(pid: int) -> ProcStart | None:
     """Start time of `pid` from /proc/<pid>/stat field 22, or None (gone, zombie, no /proc)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    info = read_proc(pid)
+    if info is None:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()   # comm may hold spaces and parentheses
-    if len(fields) < 20 or fields[0] in ("Z", "X"):  # zombies and dead tasks are not alive
-        return None
-    try:
-        ticks = int(fields[19])                      # field 22 of the whole line
-    except ValueError:
-        return None
-    boot = _boot_time()
-    utc = rfc3339(datetime.fromtimestamp(boot + ticks / os.sysconf("SC_CLK_TCK"), timezone.utc)) \
-        if boot is not None else ""
-    return ProcStart(ticks, _boot_id(), utc)
-
-
-def _boot_time() -> float | None:
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
+    moment = info.start_utc
+    return ProcStart(info.start_ticks, boot_id(), rfc3339(moment) if moment else "")
 
 
 def _pid_exists(pid: int) -> bool:
@@ -139,7 +113,7 @@ class Holder:
 
     def why_dead(self) -> str | None:
         """Why this holder can no longer be running (None when it still is)."""
-        if self.boot_id and _boot_id() and self.boot_id != _boot_id():
+        if self.boot_id and boot_id() and self.boot_id != boot_id():
             return "the host has rebooted since"
         if not _pid_exists(self.pid):
             return "the process is gone"

@@ -27,7 +27,7 @@ class PidCandidate:
     pid: int
     role: str            # "APIServer", "EngineCore_DP0", "VLLM::Worker_TP0", ...
     source: str          # where it was seen (source:line) or how it was confirmed
-    status: str = "named in the evidence"   # confirmed | refused: why | not running
+    status: str                            # confirmed | refused: why | not running
 
 
 @dataclass(frozen=True)
@@ -54,28 +54,22 @@ class Plan:
     deployment: str | None = None        # --deployment NS/NAME, for the kubectl argv the plan prints
 
 
-def build_plan(verdict: Verdict, evidence: EvidenceSet, runbook: Runbook, prepared: "Prepared | None" = None,
+def build_plan(verdict: Verdict, runbook: Runbook, prepared: "Prepared",
                driver: str | None = None, deployment: str | None = None) -> Plan:
-    """The runbook made concrete. With `prepared` (live /proc reads) the PIDs are the confirmed
-    ones and the launch line is the running server's own; without it, what the evidence says."""
+    """The runbook made concrete: the confirmed PIDs (live /proc reads in `prepared`), the launch
+    line with the verdict's changes, every detail of every step."""
     plan = Plan(runbook=runbook, verdict=verdict, driver=driver, deployment=deployment)
     plan.diff = [(r.setting, r.from_value, r.to_value) for r in verdict.recommendations if r.to_value is not None]
-    if prepared is None:
-        plan.server_url = server_url(evidence)
-        plan.pids = pid_candidates(evidence)
-        plan.current_argv = list(verdict.facts.get("argv") or []) or None
-        plan.new_argv, plan.env = _new_launch(verdict)
-    else:
-        plan.server_url = prepared.url
-        ident = prepared.identification
-        plan.pids = [PidCandidate(p.info.pid, p.role, p.why, "confirmed") for p in ident.processes]
-        plan.pids += [PidCandidate(r.pid, r.role, r.source, f"refused: {r.reason}") for r in ident.refused]
-        plan.pids += [PidCandidate(c.pid, c.role, c.source, "not running") for c in ident.gone]
-        if prepared.launch:
-            plan.current_argv = prepared.launch.old_argv
-            plan.new_argv, plan.env = prepared.launch.argv, dict(prepared.launch.env)
-            plan.launch_source = prepared.launch.source
-        plan.notes = list(prepared.notes)
+    plan.server_url = prepared.url
+    ident = prepared.identification
+    plan.pids = [PidCandidate(p.info.pid, p.role, p.why, "confirmed") for p in ident.processes]
+    plan.pids += [PidCandidate(r.pid, r.role, r.source, f"refused: {r.reason}") for r in ident.refused]
+    plan.pids += [PidCandidate(c.pid, c.role, c.source, "not running") for c in ident.gone]
+    if prepared.launch:
+        plan.current_argv = prepared.launch.old_argv
+        plan.new_argv, plan.env = prepared.launch.argv, dict(prepared.launch.env)
+        plan.launch_source = prepared.launch.source
+    plan.notes = list(prepared.notes)
     for number, step in enumerate(runbook.steps, 1):
         plan.steps.append(PlannedStep(number, step, tuple(_details(step, plan))))
     return plan
@@ -88,28 +82,6 @@ def server_url(evidence: EvidenceSet) -> str | None:
         if m:
             return m.group(0).replace("0.0.0.0", "127.0.0.1")
     return None
-
-
-def pid_candidates(evidence: EvidenceSet) -> list[PidCandidate]:
-    """PIDs the evidence names for the server's processes, to be confirmed before any signal."""
-    seen: dict[int, PidCandidate] = {}
-    for rec in evidence.of(Kind.GPU_PROCESS, Kind.SERVER_PROCESS):
-        pid = rec.fields.get("pid")
-        if isinstance(pid, int) and pid not in seen:
-            role = rec.fields.get("role") or rec.fields.get("name") or "GPU process"
-            seen[pid] = PidCandidate(pid, str(role), rec.where)
-    return list(seen.values())
-
-
-def _new_launch(verdict: Verdict) -> tuple[list[str] | None, dict[str, str]]:
-    if not verdict.command:
-        return None, {}
-    words = shlex.split(verdict.command)
-    env: dict[str, str] = {}
-    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
-        key, _, value = words.pop(0).partition("=")
-        env[key] = value
-    return words, env
 
 
 def _details(step: RunbookStep, plan: Plan) -> list[str]:

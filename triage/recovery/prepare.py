@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..advice import apply_changes
+from ..bundle import read_incident
 from ..errors import BadInput
 from ..model import EvidenceSet, OomClass, Verdict
 from .context import LaunchSpec
@@ -120,9 +121,9 @@ def this_host(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
 def _relaunched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Servers earlier runs started with the process driver, since the last boot: pid, start_ticks,
     argv, seq. (A PID and start time in clock ticks are unique only until the host reboots.)"""
-    from .lock import _boot_id
+    from .procs import boot_id
 
-    boot = _boot_id()
+    boot = boot_id()
     out = []
     for rec in records:
         launched = (rec.get("data") or {}).get("launched") if rec.get("phase") == "end" else None
@@ -198,16 +199,8 @@ def _recorded_launch(records: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | None] | None:
-    path = incident / "incident.yaml"
-    if not path.is_file():
-        return None
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise BadInput(str(path), f"not readable YAML: {str(exc).splitlines()[0]}") from None
-    launch = data.get("launch") if isinstance(data, dict) else None
+    data, path = read_incident(incident)
+    launch = data.get("launch")
     if launch is None:
         return None
     if isinstance(launch, dict) and set(launch) - {"argv", "env", "cwd"}:

@@ -138,6 +138,14 @@ def boot_time() -> float | None:
     return _BOOT[0]
 
 
+def boot_id() -> str | None:
+    """This boot's random id: start ticks only compare within one boot."""
+    try:
+        return (PROC / "sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
 # -- signals ------------------------------------------------------------------------------------
 
 class Drifted(Exception):

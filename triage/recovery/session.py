@@ -63,7 +63,7 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
     in_pod = (driver or (str(relaunch.params.get("driver", "process")) if relaunch else None)) == "kubectl"
     prepared = prepare(root, verdict, evidence, audit.records(), pids=tuple(pids), url=url,
                        launch_command=launch_command, in_pod=in_pod)
-    plan = build_plan(verdict, evidence, book, prepared, driver=driver, deployment=deployment)
+    plan = build_plan(verdict, book, prepared, driver=driver, deployment=deployment)
     return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen)
 
 

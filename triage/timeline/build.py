@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..bundle import RELAUNCH_DIR
 from ..errors import BadInput
 from ..model import EvidenceSet
 from ..recovery.redact import redact_output
@@ -65,9 +66,6 @@ def build_timeline(incident: str | Path, *, evidence: EvidenceSet | None = None)
         missing=missing,
         time_note=next((s.time_note for s in evidence.sources if s.time_note), None),
     )
-
-
-RELAUNCH_DIR = "recovery"      # logs of servers `triage recover` relaunched (not evidence of the failure)
 
 
 def _evidence(info: IncidentInfo, loaded: EvidenceSet | None = None) -> EvidenceSet:

@@ -6,6 +6,7 @@ from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
 
+from ..bundle import read_incident, zone
 from ..errors import BadInput
 from ..timeref import parse_iso
 
@@ -41,7 +42,8 @@ def load_incident(path: str | Path, *, strict: bool = True) -> IncidentInfo:
     root = incident_dir(path)
     yaml_error = None
     try:
-        meta, has_yaml = _meta(root)
+        meta, yaml_path = read_incident(root)
+        has_yaml = yaml_path is not None
     except BadInput as exc:
         if strict:
             raise
@@ -82,30 +84,3 @@ def load_incident(path: str | Path, *, strict: bool = True) -> IncidentInfo:
         problems=problems,
         yaml_error=yaml_error,
     )
-
-
-def zone(name: str, where: Path | str) -> tzinfo:
-    if name.upper() in ("UTC", "Z", "GMT"):
-        return timezone.utc
-    try:
-        from zoneinfo import ZoneInfo
-
-        return ZoneInfo(name)
-    except Exception:
-        raise BadInput(str(where), f"unknown time zone {name!r}") from None
-
-
-def _meta(root: Path) -> tuple[dict, bool]:
-    for name in ("incident.yaml", "incident.yml"):
-        f = root / name
-        if f.exists():
-            import yaml
-
-            try:
-                data = yaml.safe_load(f.read_text(encoding="utf-8", errors="replace"))
-            except yaml.YAMLError as exc:
-                raise BadInput(str(f), f"invalid YAML: {str(exc).splitlines()[0]}") from None
-            except OSError as exc:
-                raise BadInput(str(f), f"cannot read: {exc.strerror or exc}") from None
-            return (data if isinstance(data, dict) else {}), True
-    return {}, False

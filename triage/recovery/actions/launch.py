@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ...advice import apply_changes
+from ...bundle import RELAUNCH_DIR
 from ...live.server import health
 from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok
-from ..lock import _boot_id
-from ..procs import gone, read_proc
+from ..procs import boot_id, gone, read_proc
 from ..runbooks import RunbookStep
 
 SERVING_URL = re.compile(r"(?:Starting vLLM API server(?: \d+)? on|Uvicorn running on) (https?://[\w.\-\[\]:]+)")
-RELAUNCH_DIR = "recovery"
 SYSTEMD_DIR_ENV = "TRIAGE_SYSTEMD_DIR"     # where drop-ins go (default /etc/systemd/system)
 DROPIN_NAME = "50-triage-recovery.conf"
 _KEEP: list[subprocess.Popen] = []          # relaunched servers outlive this tool; keep the handles quiet
@@ -103,7 +102,7 @@ def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[st
     _KEEP.append(proc)
     info = read_proc(proc.pid)
     launched: dict[str, Any] = {"pid": proc.pid, "start_ticks": info.start_ticks if info else None,
-                                "boot_id": _boot_id(), "argv": spec.argv, "env": sorted(env),
+                                "boot_id": boot_id(), "argv": spec.argv, "env": sorted(env),
                                 "log": str(log_path.relative_to(ctx.incident)), "driver": "process"}
     ctx.launched.append(launched)
     lines.append(f"started pid {proc.pid} in its own session")
