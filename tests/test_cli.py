@@ -133,3 +133,24 @@ def test_metrics_url_scrapes_a_live_endpoint(runner, kv_log):
         assert missing.exit_code == ExitCode.BAD_INPUT and "cannot scrape" in missing.stderr
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize("args", [[], ["--json"], ["--explain"]])
+def test_a_reader_that_goes_away_is_not_reported_as_bad_input(args):
+    """`triage classify ... | head`: the pipe closes under the writer. That is the shell's SIGPIPE
+    status (141), silent, not exit 1 ("bad input") and not a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import sample
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)                    # closed before the first write: deterministic
+    try:
+        done = subprocess.run([sys.executable, "-m", "triage", "classify", str(sample("incident-a-multimodal-fleet")),
+                               *args], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141
+    assert done.stderr == ""

@@ -16,6 +16,7 @@ from . import __version__
 from .errors import ExitCode, TriageError
 
 PROGRESS_MIN_BYTES = 100 * 1024 * 1024
+SIGPIPE_EXIT = 141
 
 
 # Commands that live with their feature, imported only when named: `triage classify` must not
@@ -50,6 +51,12 @@ class TriageGroup(click.Group):
             ctx.exit(int(exc.exit_code))
         except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except BrokenPipeError:
+            # The reader went away (`triage classify ... | head`): nothing is wrong with the input,
+            # so not exit 1. Exit as a writer killed by SIGPIPE would (128 + 13), the shell's
+            # convention, with stdout pointed at /dev/null so the final flush cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(SIGPIPE_EXIT)
         except KeyboardInterrupt:
             click.echo("triage: interrupted", err=True)
             ctx.exit(130)

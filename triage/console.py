@@ -5,7 +5,7 @@ reading: `--json` never loads it.
 """
 from __future__ import annotations
 
-from rich.console import Console
+import rich.console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
@@ -14,6 +14,16 @@ from rich.text import Text
 from .model import EvidenceSet, Verdict
 from .paths import runbooks_dir
 from .report import iso, same_fact
+
+
+class Console(rich.console.Console):
+    """rich's Console, except that a closed pipe (`triage classify ... | head`) raises
+    BrokenPipeError, which the CLI turns into the SIGPIPE exit status, instead of rich's own
+    SystemExit(1), which would read as "bad input"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 _COLOURS = {"startup": "yellow", "burst": "red", "chronic": "magenta", "prefix_cache": "cyan",
             "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
@@ -49,15 +59,14 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
             out.print(Text("      " + _short(e.text), style="dim"))
 
     if verdict.recommendations:
-        table = Table(title="Recommended changes", title_justify="left", expand=True)
-        table.add_column("setting", no_wrap=True)
-        table.add_column("from → to", no_wrap=True)
-        table.add_column("basis", no_wrap=True)
-        table.add_column("why", overflow="fold")
+        # A list, not a table: the reason is a sentence, and a four-column table squeezes it
+        # into a two-character column on an 80-column terminal (or a pager, or a CI log).
+        out.print("\n[bold]Recommended changes[/bold]")
         for r in verdict.recommendations:
-            table.add_row(r.setting + (" (env)" if r.env else ""), Text(f"{_v(r.from_value)} → {_v(r.to_value)}"),
-                          r.basis.replace("_", " "), Text(r.why))
-        out.print(table)
+            out.print(Text.assemble("  • ", (r.setting + (" (env)" if r.env else ""), "bold"),
+                                    f": {_v(r.from_value)} → ", (_v(r.to_value), "bold"),
+                                    (f"  [{r.basis.replace('_', ' ')}]", "dim")))
+            out.print(Text("      " + r.why))
     if verdict.command:
         out.print("[bold]New command[/bold]")
         out.print(Text("  " + verdict.command, style="bold"))

@@ -38,6 +38,7 @@ class SimArgs:
     burst_concurrency: int = 8
     burst_prompt_tokens: int = 16000
     chronic_leak_mib_per_request: float = 512.0
+    sim_hold_gpu_gib: float = 0.0                 # real GPU memory the engine core holds (torch + CUDA)
     log: str | None = None                        # None: stderr
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="burst: a step prefilling more tokens than this runs out of memory")
     sim.add_argument("--chronic-leak-mib-per-request", type=float, default=512.0,
                      help="chronic: allocator fragments left behind by each request")
+    sim.add_argument("--sim-hold-gpu-gib", type=float, default=0.0,
+                     help="hold this much real GPU memory in the engine core, as vLLM's does (needs torch "
+                          "with CUDA): recovery can then be checked against a real driver and NVML")
     sim.add_argument("--log", default=None, metavar="FILE", help="append the vLLM log here (default: stderr)")
     return p
 
@@ -108,6 +112,8 @@ def _validate(args: SimArgs) -> None:
         problems.append("--max-model-len must be at least 1")
     if args.sim_gpu_gib <= 0 or args.sim_weights_gib < 0:
         problems.append("--sim-gpu-gib must be positive and --sim-weights-gib not negative")
+    if args.sim_hold_gpu_gib < 0:
+        problems.append("--sim-hold-gpu-gib must not be negative")
     if problems:
         build_parser().error("; ".join(problems))
 

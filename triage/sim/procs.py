@@ -5,6 +5,7 @@
   `(EngineCore_DP0 pid=N)` prefix and for tools that must stop a whole server. Like vLLM's it
   exits when the API server goes away (its pipe closes or its parent changes), and it exits 1
   when the engine fails.
+  With `--sim-hold-gpu-gib` it holds real GPU memory, so recovery can be run against a real driver.
 * The orphan worker (`orphan_worker` scenario): a `VLLM::Worker_TP0` child that does not watch
   its parent, so it outlives a SIGKILLed server and keeps "holding the GPU".
 
@@ -39,7 +40,7 @@ def can_fork() -> bool:
     return hasattr(os, "fork")
 
 
-def spawn_engine_core() -> Child:
+def spawn_engine_core(hold_gpu_bytes: int = 0) -> Child:
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:   # pragma: no cover - runs in the child
@@ -47,6 +48,7 @@ def spawn_engine_core() -> Child:
         try:
             os.close(write_end)
             _become("VLLM::EngineCore")
+            held = _hold_gpu(hold_gpu_bytes) if hold_gpu_bytes else None   # noqa: F841 (kept alive)
             code = _watch(read_end, os.getppid())
         finally:
             os._exit(code)
@@ -123,6 +125,21 @@ def _watch(read_end: int, parent: int) -> int:
         if ready:
             data = os.read(read_end, 1)
             return data[0] if data else 0
+
+
+def _hold_gpu(nbytes: int) -> object | None:
+    """Allocate real GPU memory the way vLLM's engine holds its KV cache: NVML and nvidia-smi then
+    list this PID, and it is freed only when the process exits. Only after fork (CUDA does not
+    survive one); without torch or a GPU the engine runs on holding nothing."""
+    try:
+        import torch
+
+        block = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        block.fill_(1)
+        torch.cuda.synchronize()
+        return block
+    except Exception:
+        return None
 
 
 def _become(comm: str) -> None:

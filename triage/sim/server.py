@@ -104,7 +104,7 @@ class Simulator:
     def _spawn_children(self) -> None:
         if not can_fork():
             return      # no fork (Windows): one process plays both roles
-        self.engine_child = spawn_engine_core()
+        self.engine_child = spawn_engine_core(int(self.args.sim_hold_gpu_gib * GiB))
         if self.args.scenario == "orphan_worker":
             self.worker = spawn_orphan_worker(close_fds=(self.engine_child.pipe,) if self.engine_child.pipe else ())
             self.log.record(Proc(WORKER_NAME, self.worker.pid), "INFO", "parallel_state.py:1208",

@@ -93,7 +93,7 @@ _STYLE = {"signal": "yellow", "failure": "bold red", "detection": "magenta", "re
 
 
 def render_timeline(timeline: Timeline, console=None) -> None:
-    from rich.console import Console
+    from ..console import Console
     from rich.table import Table
     from rich.text import Text
 
