@@ -111,7 +111,7 @@ def _writer(args) -> None:
 
 def test_concurrent_appends_never_interleave(incident):
     root = incident()
-    with multiprocessing.get_context("fork").Pool(6) as pool:
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
         pool.map(_writer, [(str(root), n) for n in range(6)])
     notes, problems = read_notes(root)
     assert problems == [] and len(notes) == 60
