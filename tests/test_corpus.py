@@ -13,10 +13,6 @@ CASES = sorted(CORPUS.glob("*.yaml"))
 # threads), kept as regressions. Not the development corpus: the figures come from CORPUS.
 SYNTHETIC = sorted((CORPUS.parent / "corpus_synthetic").glob("*.yaml"))
 KNOWN_OPEN = {
-    "b13-v02-old-torch-format-runtime": "1.08 GiB reserved-but-unallocated against a 1.53 GiB request and KV at "
-                                        "88%: neither fragmentation nor a spike is clear, so the tool says unknown",
-    "r3-c01-v0102-lora-hotswap-days-allocated-growth": "the nvidia-smi CSV follows a pasted '$ cat' line, so its "
-        "header is not found; and the year-less log is dated by file mtime while the CSV has 2025 dates",
     "r3-c02-jupyter-v066-sweep-instances-not-freed": "memory kept across LLM() instances in a notebook (label is a "
         "judgment call); the tool reads the last instance's weight-loading OOM as a start-up OOM",
 }

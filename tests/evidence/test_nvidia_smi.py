@@ -324,3 +324,23 @@ def test_table_old_process_rows_without_gi_ci_and_na_memory() -> None:
 def test_unrelated_text_is_bad_input() -> None:
     with pytest.raises(BadInput):
         _parse(b"hello\nworld\n")
+
+
+@pytest.mark.parametrize("preamble", [
+    b"$ nvidia-smi --query-gpu=timestamp,index,name,uuid,memory.used --format=csv\n",
+    b"root@gpu-node-3:~# nvidia-smi --query-gpu=index,memory.used --format=csv\n",
+    b"```\n",
+    b"```text\n# taken every minute by cron\n",
+    b"PS C:\\Users\\me> nvidia-smi --query-gpu=memory.used --format=csv\n",
+])
+def test_a_pasted_prompt_or_fence_above_the_csv_is_skipped(preamble: bytes) -> None:
+    data = preamble + QUERY_GPU
+    assert nvidia_smi.sniff(data, "pasted.txt") == 85
+    records = _parse(data)
+    assert [r.fields["gpu"] for r in records] == [0, 1]
+    assert records[0].line == preamble.count(b"\n") + 2      # its real line: after the preamble and the header
+
+
+def test_prose_above_the_csv_is_not_taken_for_a_prompt() -> None:
+    # Only prompts, comments and fences may come first: anything else is not nvidia-smi output.
+    assert nvidia_smi.sniff(b"Here is what I see on the box:\n" + QUERY_GPU, "pasted.txt") == 0

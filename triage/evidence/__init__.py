@@ -205,6 +205,7 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
     result = EvidenceSet()
     mods = parsers()
     used = 0
+    weak_logs: list[tuple[InputFile, ModuleType, int]] = []   # (log, parser, index in result.sources)
     for src in inputs:
         if not src.explicit and (src.name.lower() in _NOT_EVIDENCE or _derived(src.name)):
             continue   # a bundle's own metadata (incident.yaml, README.md, ...): not worth a warning
@@ -239,13 +240,68 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
             result.warnings.append(f"{src.display}: {exc.problem} (kept the {len(result.items) - before} records read)")
         count = len(result.items) - before
         note = src_times.note() if mod.NAME == "log" else None
+        if mod.NAME == "log" and src_times.year_source in WEAK_YEAR_SOURCES and count:
+            weak_logs.append((src, mod, len(result.sources)))
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
     result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
+    for src, mod, at in weak_logs:
+        _align_year(result, src, mod, at, ctx, times)
     if used == 0 and require:
         where = ", ".join(paths) or ", ".join(i.display for i in inputs)
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
                               "memory_stats JSON, dmesg, kubectl pod JSON or Alertmanager payloads)")
     return result
+
+
+# A year taken from these is a guess: a bundle copied or re-read months later has new mtimes.
+WEAK_YEAR_SOURCES = ("file mtime", "today")
+FAR_APART_DAYS = 180
+
+
+def _align_year(result: EvidenceSet, src: InputFile, mod: ModuleType, at: int, ctx: ParseContext,
+                times: TimeReference) -> None:
+    """Re-read a year-less log in the year of the bundle's dated evidence when its guessed year
+    puts it far from that evidence.
+
+    vLLM's `MM-DD HH:MM:SS` has no year, so it comes from the file's mtime; nvidia-smi CSV,
+    Kubernetes, Alertmanager and scrape timestamps carry theirs. When those dates and the log's
+    guessed ones are half a year or more apart, the log belongs to their year (an incident
+    analysed after the files were copied), and a timeline or trend across the two would
+    otherwise be meaningless."""
+    own = [e for e in result.items if e.source == src.display]
+    logs = {s.path for s in result.sources if s.kind == "log"}
+    dated = [e.time for e in result.items if e.time is not None and e.source not in logs]
+    mine = [e.time for e in own if e.time is not None]
+    if not dated or not mine or _gap_days(mine, dated) < FAR_APART_DAYS:
+        return
+    latest = max(dated)
+    anchor_source = next(e.source for e in result.items if e.time == latest)
+    aligned = times.with_reference(latest, f"dates in {anchor_source}")
+    ctx.times = aligned
+    try:
+        again = sorted(mod.parse(src, ctx), key=lambda e: e.seq)
+    except BadInput:
+        return
+    finally:
+        ctx.times = times
+    new_times = [e.time for e in again if e.time is not None]
+    if not new_times or _gap_days(new_times, dated) >= _gap_days(mine, dated):
+        return
+    first = result.items.index(own[0])
+    result.items[first:first + len(own)] = again     # a source's records are contiguous in seq order
+    info = result.sources[at]
+    result.sources[at] = SourceInfo(info.path, info.kind, len(again), aligned.note())
+
+
+def _gap_days(ours: list, theirs: list) -> float:
+    """Days between two time ranges (0 when they overlap)."""
+    lo, hi = min(ours), max(ours)
+    their_lo, their_hi = min(theirs), max(theirs)
+    if hi < their_lo:
+        return (their_lo - hi).total_seconds() / 86400
+    if lo > their_hi:
+        return (lo - their_hi).total_seconds() / 86400
+    return 0.0
 
 
 def _unclaimed_json(src: InputFile) -> str:

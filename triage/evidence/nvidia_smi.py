@@ -88,10 +88,26 @@ def _other_lines(text: str) -> int:
                if ln and ln[:1] not in "|+" and not ln.startswith(days))
 
 
+# What people paste above a command's output: the shell prompt and command, a comment, a code
+# fence. Up to MAX_PREAMBLE such lines may precede the CSV header.
+_PREAMBLE_RE = re.compile(r"^(?:```|~~~|[$#>%]\s|PS [^>]*>|[\w.-]+@[\w.-]+[^$#]*[$#]\s)")
+MAX_PREAMBLE = 3
+
+
+def _is_preamble(line: str) -> bool:
+    return bool(_PREAMBLE_RE.match(line.strip().lstrip("\ufeff")))
+
+
 def _first_line(text: str) -> str:
+    """The first line that is not blank nor (within the first few) a pasted prompt or comment."""
+    skipped = 0
     for line in text.splitlines():
-        if line.strip():
-            return line.strip().lstrip("\ufeff")
+        if not line.strip():
+            continue
+        if skipped < MAX_PREAMBLE and _is_preamble(line):
+            skipped += 1
+            continue
+        return line.strip().lstrip("\ufeff")
     return ""
 
 
@@ -139,9 +155,15 @@ def _decoded(fh: Iterable[bytes]) -> Iterator[tuple[int, str]]:
 
 
 def _first_nonblank(lines: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
+    """The first line that is not blank nor a pasted prompt or comment (see _first_line)."""
+    skipped = 0
     for n, line in lines:
-        if line.strip():
-            return n, line
+        if not line.strip():
+            continue
+        if skipped < MAX_PREAMBLE and _is_preamble(line):
+            skipped += 1
+            continue
+        return n, line
     return None
 
 

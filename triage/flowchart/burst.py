@@ -20,6 +20,7 @@ from .phase import PhaseAnswer
 
 CLASS = OomClass.BURST
 KV_HIGH = 0.90
+KV_BUSY = 0.80               # with requests queued behind it, the cache was the bottleneck
 SMALL_UNALLOCATED = 512 << 20
 OVERSIZED_SHARE = 0.10       # a single failed allocation this share of the card
 
@@ -41,6 +42,13 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
             and waiting[-1].fields["waiting"] >= max(1.0, waiting[-1].fields.get("running") or 0):
         notes.append(f"waiting queue grew {int(waiting[0].fields['waiting'])} -> {int(waiting[-1].fields['waiting'])}")
         used.append(waiting[-1])
+    elif waiting and _saturated(waiting[-1].fields):
+        # One reading is enough when it shows a full cache with requests the scheduler could not
+        # admit: the server was at its limit when it failed, whatever the trend.
+        last = waiting[-1].fields
+        notes.append(f"{int(last['waiting'])} requests waiting behind {int(last.get('running') or 0)} running "
+                     f"at {pct(last['kv_usage'])} KV-cache usage")
+        used.append(waiting[-1])
     preempt = ctx.last_before(Kind.PREEMPTION.value, anchor)
     preempt_stats = [s for s in stats if (s.fields.get("preemptions") or 0) > 0]
     counters = [m for m in ctx.last_before(Kind.METRIC.value, anchor) if m.fields.get("name") == "preemptions_total"]
@@ -50,6 +58,11 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
         notes.append("requests were preempted for lack of KV-cache space")
         used.append(src)
     return notes, used
+
+
+def _saturated(fields) -> bool:
+    kv = fields.get("kv_usage")
+    return (fields.get("waiting") or 0) >= 1 and kv is not None and KV_BUSY <= kv < KV_HIGH
 
 
 def quiet_before(ctx: Context, anchor: Evidence | None) -> str | None:
