@@ -120,3 +120,13 @@ def test_real_oom_without_lifecycle_lines_asks_for_them_instead_of_guessing(capt
     assert verdict.oom_class.value == "unknown"
     assert verdict.path[0].answer == "yes"          # it is a GPU OOM, the phase is what is missing
     assert any("before the OOM" in a for a in verdict.attach)
+
+
+def test_the_recommended_allocator_setting_prevents_the_fragmentation_oom(capture):
+    # The chronic verdict's fix, checked on the card: the very allocation pattern that failed with
+    # 19 GiB reserved-but-unallocated succeeds under expandable_segments:True.
+    verdict, _ = classify_paths([str(capture / "oom-fragmented")])
+    [rec] = verdict.recommendations
+    retried = _manifest(capture)["captures"]["fragmented-expandable"]
+    assert retried["alloc_conf"] == rec.to_value.split(",")[0] == "expandable_segments:True"
+    assert retried["allocation_succeeded"] is True

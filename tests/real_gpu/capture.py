@@ -8,12 +8,14 @@ rather than typed from documentation:
   oom-simple/      an allocation larger than the card: the OOM traceback, memory_stats, summary
   oom-fragmented/  a caching allocator whose free space is split into pieces too small for the
                    next request (the chronic / fragmentation signature), the same three files
+  (manifest only)  the same tensors and request under PYTORCH_CUDA_ALLOC_CONF=
+                   expandable_segments:True, the fix triage recommends for it: does it succeed
   nvidia-smi.txt, nvidia-smi-gpu.csv, nvidia-smi-apps.csv   taken while a holder process
                    keeps HOLD_GIB on the card, whose PID is in holder.pid
   manifest.json    torch, CUDA and driver versions, the card, and the numbers each capture used
 
 Each OOM runs in its own child process so that the allocator starts clean. Nothing here needs
-triage itself: the tests read these files through the parsers (tests/test_real_gpu.py).
+triage itself: the tests read these files through the parsers (tests/test_real_gpu_captures.py).
 """
 from __future__ import annotations
 
@@ -65,26 +67,35 @@ def oom_simple(out: Path) -> dict:
     return {"requested_bytes": request, "total_bytes": total, **info}
 
 
+def _fragmenting_workload(torch, fill_bytes: int | None) -> tuple[list, int]:
+    """1 GiB segments, freed and each re-used by a 600 MiB tensor, then `fill_bytes` more (all
+    the driver has left, less than one request, when None). Returns the live tensors and the fill."""
+    free, _ = torch.cuda.mem_get_info()
+    segments = int(free * 0.6) // GIB
+    big = [torch.empty(GIB, dtype=torch.uint8, device="cuda") for _ in range(segments)]
+    del big                                   # segments stay cached by the allocator
+    live = [torch.empty(600 * MIB, dtype=torch.uint8, device="cuda") for _ in range(segments)]
+    filled = 0
+    while fill_bytes is None or filled < fill_bytes:
+        free, _ = torch.cuda.mem_get_info()
+        if fill_bytes is None and free < 1536 * MIB:
+            break
+        size = (free - 768 * MIB) if fill_bytes is None else min(fill_bytes - filled, 8 * GIB)
+        try:
+            live.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            break
+        filled += size
+    return live, filled
+
+
 def oom_fragmented(out: Path) -> dict:
     """Cached 1 GiB segments each pinned by a 600 MiB tensor: ~40% of the reserve is free but no
     piece holds the next 1 GiB request, and the allocator cannot release a pinned segment."""
     import torch
 
-    free, total = torch.cuda.mem_get_info()
-    segments = int(free * 0.6) // GIB
-    big = [torch.empty(GIB, dtype=torch.uint8, device="cuda") for _ in range(segments)]
-    del big                                   # segments stay cached by the allocator
-    pinned = [torch.empty(600 * MIB, dtype=torch.uint8, device="cuda") for _ in range(segments)]
-    # Fill what the driver still has, leaving less than one request free.
-    fill = []
-    while True:
-        free, _ = torch.cuda.mem_get_info()
-        if free < 1536 * MIB:
-            break
-        try:
-            fill.append(torch.empty(free - 768 * MIB, dtype=torch.uint8, device="cuda"))
-        except torch.OutOfMemoryError:
-            break
+    total = torch.cuda.get_device_properties(0).total_memory
+    live, filled = _fragmenting_workload(torch, None)
     try:
         torch.empty(GIB, dtype=torch.uint8, device="cuda")
     except torch.OutOfMemoryError:
@@ -92,8 +103,25 @@ def oom_fragmented(out: Path) -> dict:
     else:
         raise SystemExit("the fragmented allocation did not fail")
     info = _dump_allocator(torch, out)
-    del pinned, fill
-    return {"segments": segments, "requested_bytes": GIB, "total_bytes": total, **info}
+    del live
+    return {"fill_bytes": filled, "requested_bytes": GIB, "total_bytes": total, **info}
+
+
+def fragmented_with_expandable_segments(fill_bytes: int) -> dict:
+    """The same tensors, the same fill and the same request under
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the parent sets it for this child), the fix
+    triage recommends for fragmentation: freed memory is no longer tied to the segment it was in."""
+    import torch
+
+    live, filled = _fragmenting_workload(torch, fill_bytes)
+    try:
+        torch.empty(GIB, dtype=torch.uint8, device="cuda")
+        ok, message = True, None
+    except torch.OutOfMemoryError as exc:
+        ok, message = False, str(exc)
+    del live
+    return {"fill_bytes": filled, "requested_bytes": GIB, "allocation_succeeded": ok, "message": message,
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
 
 
 def hold(gib: int) -> None:
@@ -121,6 +149,10 @@ def main(outdir: str) -> None:
         done = subprocess.run([*me, "--child", name, str(out / name)], check=True, timeout=300,
                               stdout=subprocess.PIPE, text=True)
         results[name] = json.loads(done.stdout)
+    done = subprocess.run([*me, "--expandable", str(results["oom-fragmented"]["fill_bytes"])], check=True,
+                          timeout=300, stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+    results["fragmented-expandable"] = json.loads(done.stdout)
     holder = subprocess.Popen([*me, "--hold", str(HOLD_GIB)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
@@ -149,6 +181,8 @@ if __name__ == "__main__":
         target = Path(sys.argv[3])
         result = {"oom-simple": oom_simple, "oom-fragmented": oom_fragmented}[sys.argv[2]](target)
         print(json.dumps(result))
+    elif sys.argv[1] == "--expandable":
+        print(json.dumps(fragmented_with_expandable_segments(int(sys.argv[2]))))
     elif sys.argv[1] == "--hold":
         hold(int(sys.argv[2]))
     else:
