@@ -235,3 +235,27 @@ def test_v1_crash_dump_scheduler_stats_are_read():
             "prefix_cache_stats=PrefixCacheStats(reset=False, requests=0, queries=0, hits=0))")
     [rec] = parse_text(line)
     assert rec.kind == "stats" and rec.fields["running"] == 61 and rec.fields["kv_usage"] == pytest.approx(0.9731)
+
+
+def test_the_halving_search_finds_exactly_the_non_access_lines_in_order():
+    """_odd_lines must return what a plain look at every line would: same lines, positions, numbers."""
+    import random
+
+    from triage.evidence.logs import ACCESS_MARK, _odd_lines
+
+    access = b'(APIServer pid=1) INFO:     10.0.0.1:4000 - "POST /v1/completions HTTP/1.1" 200 OK'
+    others = [b"INFO 03-12 14:17:03 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s",
+              b"", b"WARNING 03-12 14:17:04 [scheduler.py:1] preempted", b"  File \"x.py\", line 1, in f"]
+    rng = random.Random(7)
+    for trial in range(300):
+        lines = [rng.choice(others) if rng.random() < rng.choice((0.001, 0.02, 0.3)) else access
+                 for _ in range(rng.randint(1, 400))]
+        buf = bytearray(b"\n".join(lines) + b"\n")
+        start_line = rng.randint(1, 10**6)
+        expected, at = [], 0
+        for i, raw in enumerate(lines):
+            if ACCESS_MARK not in raw:
+                expected.append((at, start_line + i, raw))
+            at += len(raw) + 1
+        got = [(p, n, bytes(r)) for p, n, r in _odd_lines(buf, 0, len(buf), start_line, len(lines))]
+        assert got == expected, trial
