@@ -154,3 +154,16 @@ def test_a_reader_that_goes_away_is_not_reported_as_bad_input(args):
         os.close(write_end)
     assert done.returncode == 141
     assert done.stderr == ""
+
+
+def test_human_output_keeps_numbers_and_settings_whole_at_80_columns(runner):
+    """On an 80-column terminal (or a pager, a CI log) no value is split across lines: the
+    recommended setting and each --explain field can be read and copied as printed."""
+    from tests.test_real_gpu_captures import HERE
+
+    result = runner.invoke(main, ["classify", str(HERE / "h100" / "oom-fragmented"), "--explain"],
+                           env={"COLUMNS": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    assert "PYTORCH_CUDA_ALLOC_CONF (env): — → expandable_segments:True" in result.output
+    assert "inactive_split_bytes=20897923072" in result.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import rich.console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -106,13 +107,14 @@ def render_plan(plan, console: Console | None = None) -> None:
 
 
 def _explain(out: Console, evidence: EvidenceSet) -> None:
-    table = Table(title="Every record read", title_justify="left", expand=True)
-    for col in ("where", "time (UTC)", "kind", "fields"):
-        table.add_column(col, overflow="fold")
+    # One block per record rather than a table: the fields are long, and a table column of them
+    # wraps mid-number at 80 columns. Fields wrap between "key=value" items.
+    out.print("\n[bold]Every record read[/bold]")
     for e in evidence:
-        fields = ", ".join(f"{k}={v}" for k, v in e.fields.items() if k not in ("frames", "args"))
-        table.add_row(Text(e.where), iso(e.time) or "—", e.kind, Text(fields[:300]))
-    out.print(table)
+        out.print(Text.assemble("  ", (e.where, "bold"), f"  {iso(e.time) or '—'}  ", (e.kind, "cyan")))
+        fields = [f"{k}={v}" for k, v in e.fields.items() if k not in ("frames", "args") and v is not None]
+        line = "  ".join(fields)
+        out.print(Padding(Text(line if len(line) <= 800 else line[:799] + "…", style="dim"), (0, 0, 0, 6)))
 
 
 class _Refs:

@@ -49,6 +49,16 @@ def _dump_allocator(torch, out: Path) -> dict:
     }
 
 
+def _record_oom(torch, nbytes: int, out: Path, what: str) -> None:
+    """Allocate `nbytes`, which must fail; the traceback is the log a server would have written."""
+    try:
+        torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        _write(out / "server.log", traceback.format_exc())
+    else:
+        raise SystemExit(f"{what} did not fail")
+
+
 def oom_simple(out: Path) -> dict:
     """One request bigger than the whole card."""
     import torch
@@ -56,12 +66,7 @@ def oom_simple(out: Path) -> dict:
     total = torch.cuda.get_device_properties(0).total_memory
     warm = torch.empty(512 * MIB, dtype=torch.uint8, device="cuda")   # some live memory to report
     request = total + 8 * GIB
-    try:
-        torch.empty(request, dtype=torch.uint8, device="cuda")
-    except torch.OutOfMemoryError:
-        _write(out / "server.log", traceback.format_exc())
-    else:
-        raise SystemExit("the oversized allocation did not fail")
+    _record_oom(torch, request, out, "the oversized allocation")
     info = _dump_allocator(torch, out)
     del warm
     return {"requested_bytes": request, "total_bytes": total, **info}
@@ -96,12 +101,7 @@ def oom_fragmented(out: Path) -> dict:
 
     total = torch.cuda.get_device_properties(0).total_memory
     live, filled = _fragmenting_workload(torch, None)
-    try:
-        torch.empty(GIB, dtype=torch.uint8, device="cuda")
-    except torch.OutOfMemoryError:
-        _write(out / "server.log", traceback.format_exc())
-    else:
-        raise SystemExit("the fragmented allocation did not fail")
+    _record_oom(torch, GIB, out, "the fragmented allocation")
     info = _dump_allocator(torch, out)
     del live
     return {"fill_bytes": filled, "requested_bytes": GIB, "total_bytes": total, **info}
