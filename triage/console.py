@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import rich.console
 from rich.markup import escape
-from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -43,21 +42,23 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
     out.print("[bold]Flowchart[/bold]")
     for i, step in enumerate(verdict.path, 1):
         cites = refs.cite(step.evidence)
-        out.print(f"  {i}. {escape(step.question)} [bold]{escape(step.answer)}[/bold] — {escape(step.why)}{cites}")
+        _item(out, f"{i}.", Text.from_markup(f"{escape(step.question)} [bold]{escape(step.answer)}[/bold] — "
+                                             f"{escape(step.why)}{cites}"))
     refs.cite(verdict.evidence)
 
     if verdict.causes:
         out.print("\n[bold]Causes[/bold]")
         for c in verdict.causes:
             detail = f": {escape(c.detail)}" if c.detail else ""
-            out.print(f"  • [{colour}]{escape(c.id)}[/{colour}] {escape(c.title)}{detail}{refs.cite(c.evidence)}")
+            _item(out, "•", Text.from_markup(f"[{colour}]{escape(c.id)}[/{colour}] {escape(c.title)}{detail}"
+                                             f"{refs.cite(c.evidence)}"))
 
     if refs.items:
         out.print("\n[bold]Evidence[/bold]")
         for n, e in enumerate(refs.items, 1):
             when = (iso(e.time) or "").replace("T", " ").rstrip("Z")
             out.print(f"  [dim][{n}][/dim] [bold]{escape(e.where)}[/bold]  {when}  [{colour}]{e.kind}[/{colour}]")
-            out.print(Text("      " + _short(e.text), style="dim"))
+            _hang(out, "", Text(_short(e.text), style="dim"), 6)
 
     if verdict.recommendations:
         # A list, not a table: the reason is a sentence, and a four-column table squeezes it
@@ -67,7 +68,7 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
             out.print(Text.assemble("  • ", (r.setting + (" (env)" if r.env else ""), "bold"),
                                     f": {_v(r.from_value)} → ", (_v(r.to_value), "bold"),
                                     (f"  [{r.basis.replace('_', ' ')}]", "dim")))
-            out.print(Text("      " + r.why))
+            _hang(out, "", Text(r.why), 6)
     if verdict.command:
         out.print("[bold]New command[/bold]")
         out.print(Text("  " + verdict.command, style="bold"))
@@ -79,11 +80,12 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
     if verdict.attach:
         out.print("\n[bold]To settle it, attach[/bold]")
         for a in verdict.attach:
-            out.print(f"  • {escape(a)}")
+            _item(out, "•", Text(a))
     notes = [s.time_note for s in evidence.sources if s.time_note]
     if notes:
-        out.print(f"\n[dim]Times: {escape(notes[0])}. Inputs: "
-                  + ", ".join(f"{escape(s.path)} ({s.kind}, {s.records})" for s in evidence.sources) + "[/dim]")
+        out.print()
+        _hang(out, "", Text(f"Times: {notes[0]}. Inputs: "
+                            + ", ".join(f"{s.path} ({s.kind}, {s.records})" for s in evidence.sources), style="dim"), 0)
     if explain:
         _explain(out, evidence)
 
@@ -106,6 +108,21 @@ def render_plan(plan, console: Console | None = None) -> None:
         out.print(Text(f"     verified by: {s.verify}", style="dim"))
 
 
+def _item(out: Console, mark: str, body: Text) -> None:
+    """`  mark body`, the body's wrapped lines aligned under its first word."""
+    prefix = f"  {mark} "
+    _hang(out, prefix, body, len(prefix))
+
+
+def _hang(out: Console, prefix: str, body: Text, indent: int) -> None:
+    """`prefix` then `body` wrapped to the console, every line after the first indented by
+    `indent` (a hanging indent), with no padding at the ends of lines: output piped to a file or
+    pasted into a ticket has no trailing blanks."""
+    for n, line in enumerate(body.wrap(out, max(20, out.width - indent), overflow="fold")):
+        line.rstrip()
+        out.print(Text(prefix.ljust(indent) if n == 0 else " " * indent) + line, soft_wrap=True)
+
+
 def _explain(out: Console, evidence: EvidenceSet) -> None:
     # One block per record rather than a table: the fields are long, and a table column of them
     # wraps mid-number at 80 columns. Fields wrap between "key=value" items.
@@ -114,7 +131,7 @@ def _explain(out: Console, evidence: EvidenceSet) -> None:
         out.print(Text.assemble("  ", (e.where, "bold"), f"  {iso(e.time) or '—'}  ", (e.kind, "cyan")))
         fields = [f"{k}={v}" for k, v in e.fields.items() if k not in ("frames", "args") and v is not None]
         line = "  ".join(fields)
-        out.print(Padding(Text(line if len(line) <= 800 else line[:799] + "…", style="dim"), (0, 0, 0, 6)))
+        _hang(out, "", Text(line if len(line) <= 800 else line[:799] + "…", style="dim"), 6)
 
 
 class _Refs:
