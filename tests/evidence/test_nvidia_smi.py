@@ -344,3 +344,12 @@ def test_a_pasted_prompt_or_fence_above_the_csv_is_skipped(preamble: bytes) -> N
 def test_prose_above_the_csv_is_not_taken_for_a_prompt() -> None:
     # Only prompts, comments and fences may come first: anything else is not nvidia-smi output.
     assert nvidia_smi.sniff(b"Here is what I see on the box:\n" + QUERY_GPU, "pasted.txt") == 0
+
+
+def test_a_paste_that_goes_on_with_log_lines_is_left_to_the_log_parser() -> None:
+    paste = (b"```\n$ nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv\n"
+             b"index, name, memory.used [MiB], memory.total [MiB]\n0, NVIDIA H100 80GB HBM3, 80000 MiB, 81559 MiB\n"
+             b"```\n$ vllm serve m\n"
+             b"ERROR 09-05 12:03:31 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+             b"112.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 58.06 MiB is free.\n")
+    assert nvidia_smi.sniff(paste, "paste.txt") == 0

@@ -66,3 +66,25 @@ def test_the_incident_metadata_year_is_never_overridden(tmp_path):
 def test_a_forced_year_is_never_overridden(tmp_path):
     ev = load_evidence([str(bundle(tmp_path, 2024))], year=2023)
     assert log_years(ev) == {2023}
+
+
+def test_a_log_that_runs_on_for_days_after_the_last_reading_stays_in_its_year(tmp_path):
+    (tmp_path / "gpu.csv").write_text("timestamp, name, memory.used [MiB], memory.total [MiB]\n"
+                                      "2024/09/01 12:00:00.000, NVIDIA H100 80GB HBM3, 74000 MiB, 81559 MiB\n"
+                                      "2024/09/02 12:00:00.000, NVIDIA H100 80GB HBM3, 75000 MiB, 81559 MiB\n")
+    (tmp_path / "server.log").write_text(LOG.replace("09-05", "09-08"))   # six days after the last reading
+    ev = load_evidence([str(tmp_path)])
+    assert log_years(ev) == {2024}
+    assert log_note(ev).startswith("year-less times read as 2024 (nearest the dates in gpu.csv)")
+
+
+def test_a_realigned_log_keeps_its_place_and_the_other_inputs_their_records(tmp_path):
+    root = bundle(tmp_path, 2024)
+    (root / "zz.csv").write_text(csv(2024))
+    # the log named again beside its directory is read once
+    ev = load_evidence([str(root), str(root / "server.log")])
+    assert [s.path.rsplit("/", 1)[-1] for s in ev.sources] == ["gpu.csv", "server.log", "zz.csv"]
+    per_source = {s.path: s.records for s in ev.sources}
+    assert all(sum(1 for e in ev.items if e.source == path) == n for path, n in per_source.items())
+    assert [e.seq for e in ev.items] == sorted(e.seq for e in ev.items)
+    assert {e.time.year for e in ev.items if e.source.endswith("server.log")} == {2024}

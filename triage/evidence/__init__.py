@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
@@ -102,7 +103,10 @@ def expand(paths: Sequence[str], stdin_data: bytes | None = None,
                 except OSError as exc:
                     raise BadInput(given, f"cannot read: {exc.strerror or exc}") from None
                 continue
-            seen.add(os.path.realpath(p))
+            real = os.path.realpath(p)
+            if real in seen:
+                continue   # named again, or inside a directory already given: read once
+            seen.add(real)
             inputs.append(InputFile(display=given, path=str(p)))
     return inputs, bundle
 
@@ -205,7 +209,9 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
     result = EvidenceSet()
     mods = parsers()
     used = 0
-    weak_logs: list[tuple[InputFile, ModuleType, int]] = []   # (log, parser, index in result.sources)
+    # (log, parser, index in result.sources, its records) for logs whose year is a guess
+    weak_logs: list[tuple[InputFile, ModuleType, int, list]] = []
+    log_records: set[int] = set()   # id() of every record a log parser made
     for src in inputs:
         if not src.explicit and (src.name.lower() in _NOT_EVIDENCE or _derived(src.name)):
             continue   # a bundle's own metadata (incident.yaml, README.md, ...): not worth a warning
@@ -240,12 +246,15 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
             result.warnings.append(f"{src.display}: {exc.problem} (kept the {len(result.items) - before} records read)")
         count = len(result.items) - before
         note = src_times.note() if mod.NAME == "log" else None
-        if mod.NAME == "log" and src_times.year_source in WEAK_YEAR_SOURCES and count:
-            weak_logs.append((src, mod, len(result.sources)))
+        if mod.NAME == "log":
+            log_records.update(id(e) for e in result.items[before:])
+            if src_times.year_source in WEAK_YEAR_SOURCES and count:
+                weak_logs.append((src, mod, len(result.sources), result.items[before:]))
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
     result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
-    for src, mod, at in weak_logs:
-        _align_year(result, src, mod, at, ctx, times)
+    dated = [e.time for e in result.items if e.time is not None and id(e) not in log_records]
+    for src, mod, at, own in weak_logs:
+        _align_year(result, src, mod, at, own, dated, ctx, times)
     if used == 0 and require:
         where = ", ".join(paths) or ", ".join(i.display for i in inputs)
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
@@ -258,8 +267,8 @@ WEAK_YEAR_SOURCES = ("file mtime", "today")
 FAR_APART_DAYS = 180
 
 
-def _align_year(result: EvidenceSet, src: InputFile, mod: ModuleType, at: int, ctx: ParseContext,
-                times: TimeReference) -> None:
+def _align_year(result: EvidenceSet, src: InputFile, mod: ModuleType, at: int, own: list, dated: list,
+                ctx: ParseContext, times: TimeReference) -> None:
     """Re-read a year-less log in the year of the bundle's dated evidence when its guessed year
     puts it far from that evidence.
 
@@ -267,30 +276,31 @@ def _align_year(result: EvidenceSet, src: InputFile, mod: ModuleType, at: int, c
     Kubernetes, Alertmanager and scrape timestamps carry theirs. When those dates and the log's
     guessed ones are half a year or more apart, the log belongs to their year (an incident
     analysed after the files were copied), and a timeline or trend across the two would
-    otherwise be meaningless."""
-    own = [e for e in result.items if e.source == src.display]
-    logs = {s.path for s in result.sources if s.kind == "log"}
-    dated = [e.time for e in result.items if e.time is not None and e.source not in logs]
+    otherwise be meaningless. `own` is the log's records, `dated` the times of every record
+    no log parser made."""
     mine = [e.time for e in own if e.time is not None]
     if not dated or not mine or _gap_days(mine, dated) < FAR_APART_DAYS:
         return
     latest = max(dated)
     anchor_source = next(e.source for e in result.items if e.time == latest)
-    aligned = times.with_reference(latest, f"dates in {anchor_source}")
-    ctx.times = aligned
+    # Each year-less date lands in the half-year either side of the latest dated record: a log
+    # that runs on for days after the last reading stays in that reading's year.
+    aligned = times.with_reference(latest + timedelta(days=FAR_APART_DAYS), f"dates in {anchor_source}")
     try:
-        again = sorted(mod.parse(src, ctx), key=lambda e: e.seq)
+        with ctx.rereading(aligned, first_seq=min(e.seq for e in own)):
+            again = sorted(mod.parse(src, ctx), key=lambda e: e.seq)
     except BadInput:
         return
-    finally:
-        ctx.times = times
     new_times = [e.time for e in again if e.time is not None]
     if not new_times or _gap_days(new_times, dated) >= _gap_days(mine, dated):
         return
-    first = result.items.index(own[0])
-    result.items[first:first + len(own)] = again     # a source's records are contiguous in seq order
+    gone = {id(e) for e in own}
+    result.items = [e for e in result.items if id(e) not in gone] + again
+    result.items.sort(key=lambda e: e.seq)            # stable: the re-read takes its old place
     info = result.sources[at]
-    result.sources[at] = SourceInfo(info.path, info.kind, len(again), aligned.note())
+    years = "/".join(str(y) for y in sorted({t.year for t in new_times}))
+    note = f"year-less times read as {years} (nearest the dates in {anchor_source}); zone {times.tz_source}"
+    result.sources[at] = SourceInfo(info.path, info.kind, len(again), note)
 
 
 def _gap_days(ours: list, theirs: list) -> float:

@@ -9,6 +9,7 @@ import gzip
 import io
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any, Callable, Iterator, Protocol
@@ -149,6 +150,18 @@ class ParseContext:
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    @contextmanager
+    def rereading(self, times: TimeReference, first_seq: int) -> Iterator[None]:
+        """Parse an input again under other times, its records taking the sequence numbers its
+        first reading had (so they keep their place), without reporting its bytes twice."""
+        saved_times, saved_seq, saved_progress = self.times, self._seq, self.progress
+        self.times, self._seq, self.progress = times, first_seq - 1, None
+        try:
+            yield
+        finally:
+            self.times, self.progress = saved_times, saved_progress
+            self._seq = max(saved_seq, self._seq)
 
     def evidence(self, src: InputFile, line: int | None, kind: str, text: str,
                  time: datetime | None = None, **fields: Any) -> Evidence:

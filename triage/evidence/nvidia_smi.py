@@ -68,7 +68,8 @@ def sniff(head: bytes, name: str) -> int:
     if not head or looks_binary(head):
         return 0
     text = head.decode("utf-8", errors="replace")
-    if _header_fields(_first_line(text)) is not None:
+    header = _header_fields(_first_line(text))
+    if header is not None and (_first_line(text) == _first_nonblank_text(text) or _only_rows(text, len(header))):
         return 85
     banner = _TABLE_BANNER_RE.search(text)
     tabular = _other_lines(text) <= 2
@@ -152,6 +153,30 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
 def _decoded(fh: Iterable[bytes]) -> Iterator[tuple[int, str]]:
     for n, raw in enumerate(fh, 1):
         yield n, raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _first_nonblank_text(text: str) -> str:
+    return next((ln.strip().lstrip("\ufeff") for ln in text.splitlines() if ln.strip()), "")
+
+
+def _only_rows(text: str, cells: int) -> bool:
+    """After a pasted prompt, the rest of the head must be the CSV itself (rows, fences, blanks):
+    a paste that goes on with log lines is a log, and the log parser must see them."""
+    lines = text.splitlines()
+    rows = lines[:-1] if len(lines) > 1 and not text.endswith("\n") else lines   # the last may be cut
+    header_seen = False
+    for line in rows:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not header_seen:
+            header_seen = _header_fields(stripped.lstrip("\ufeff")) is not None
+            continue
+        if stripped.startswith(("```", "~~~")) or _is_preamble(stripped):
+            continue
+        if len(_csv_cells(stripped)) != cells:
+            return False
+    return True
 
 
 def _first_nonblank(lines: Iterator[tuple[int, str]]) -> tuple[int, str] | None:

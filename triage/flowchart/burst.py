@@ -14,7 +14,7 @@ from ..model import Cause, Evidence, OomClass
 from ..units import format_bytes
 from .base import Assessment, pct
 from .causes import detect
-from .knowledge import has_hit_rate, prefix_caching_opted_in
+from .knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opted_in
 from .context import Context
 from .phase import PhaseAnswer
 
@@ -42,7 +42,7 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
             and waiting[-1].fields["waiting"] >= max(1.0, waiting[-1].fields.get("running") or 0):
         notes.append(f"waiting queue grew {int(waiting[0].fields['waiting'])} -> {int(waiting[-1].fields['waiting'])}")
         used.append(waiting[-1])
-    elif waiting and _saturated(waiting[-1].fields):
+    elif waiting and _saturated(waiting[-1].fields) and not _cache_thrashing(ctx, anchor):
         # One reading is enough when it shows a full cache with requests the scheduler could not
         # admit: the server was at its limit when it failed, whatever the trend.
         last = waiting[-1].fields
@@ -58,6 +58,14 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
         notes.append("requests were preempted for lack of KV-cache space")
         used.append(src)
     return notes, used
+
+
+def _cache_thrashing(ctx: Context, anchor: Evidence | None) -> bool:
+    """Prefix caching on with a low hit rate: a full cache with a queue is then what a prefix-cache
+    OOM looks like too, so one such reading does not count for a burst."""
+    from .prefix_cache import low_hit_rate    # prefix_cache's own rule, not a copy of it
+
+    return prefix_caching_enabled(ctx) is not False and low_hit_rate(ctx, anchor) is not None
 
 
 def _saturated(fields) -> bool:
