@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 _UNITS = {
     "b": 1, "byte": 1, "bytes": 1,
@@ -35,3 +36,14 @@ def format_bytes(n: float | int | None) -> str:
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{int(n)} bytes"
+
+
+def clock_parts(value: timedelta) -> tuple[str, int, int, int, int]:
+    """(sign, days, hours, minutes, seconds) of a duration rounded to the second; each display
+    of durations (timeline, postmortem) formats these its own way."""
+    total = int(round(value.total_seconds()))
+    sign, total = ("-" if total < 0 else ""), abs(total)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return sign, days, hours, minutes, seconds

@@ -252,7 +252,7 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
                 weak_logs.append((src, mod, len(result.sources), result.items[before:]))
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
     result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
-    dated = [e.time for e in result.items if e.time is not None and id(e) not in log_records]
+    dated = [e for e in result.items if e.time is not None and id(e) not in log_records]
     for src, mod, at, own in weak_logs:
         _align_year(result, src, mod, at, own, dated, ctx, times)
     if used == 0 and require:
@@ -276,30 +276,30 @@ def _align_year(result: EvidenceSet, src: InputFile, mod: ModuleType, at: int, o
     Kubernetes, Alertmanager and scrape timestamps carry theirs. When those dates and the log's
     guessed ones are half a year or more apart, the log belongs to their year (an incident
     analysed after the files were copied), and a timeline or trend across the two would
-    otherwise be meaningless. `own` is the log's records, `dated` the times of every record
-    no log parser made."""
+    otherwise be meaningless. `own` is the log's records, `dated` the timed records no log
+    parser made."""
     mine = [e.time for e in own if e.time is not None]
-    if not dated or not mine or _gap_days(mine, dated) < FAR_APART_DAYS:
+    theirs = [e.time for e in dated]
+    if not theirs or not mine or _gap_days(mine, theirs) < FAR_APART_DAYS:
         return
-    latest = max(dated)
-    anchor_source = next(e.source for e in result.items if e.time == latest)
+    latest = max(dated, key=lambda e: e.time)
     # Each year-less date lands in the half-year either side of the latest dated record: a log
     # that runs on for days after the last reading stays in that reading's year.
-    aligned = times.with_reference(latest + timedelta(days=FAR_APART_DAYS), f"dates in {anchor_source}")
+    aligned = times.with_reference(latest.time + timedelta(days=FAR_APART_DAYS), f"dates in {latest.source}")
     try:
         with ctx.rereading(aligned, first_seq=min(e.seq for e in own)):
             again = sorted(mod.parse(src, ctx), key=lambda e: e.seq)
     except BadInput:
         return
     new_times = [e.time for e in again if e.time is not None]
-    if not new_times or _gap_days(new_times, dated) >= _gap_days(mine, dated):
+    if not new_times or _gap_days(new_times, theirs) >= _gap_days(mine, theirs):
         return
     gone = {id(e) for e in own}
     result.items = [e for e in result.items if id(e) not in gone] + again
     result.items.sort(key=lambda e: e.seq)            # stable: the re-read takes its old place
     info = result.sources[at]
     years = "/".join(str(y) for y in sorted({t.year for t in new_times}))
-    note = f"year-less times read as {years} (nearest the dates in {anchor_source}); zone {times.tz_source}"
+    note = f"year-less times read as {years} (nearest the dates in {latest.source}); zone {times.tz_source}"
     result.sources[at] = SourceInfo(info.path, info.kind, len(again), note)
 
 

@@ -68,8 +68,9 @@ def sniff(head: bytes, name: str) -> int:
     if not head or looks_binary(head):
         return 0
     text = head.decode("utf-8", errors="replace")
-    header = _header_fields(_first_line(text))
-    if header is not None and (_first_line(text) == _first_nonblank_text(text) or _only_rows(text, len(header))):
+    first = _first_nonblank(enumerate(text.splitlines(), 1))
+    header = _header_fields(first[1].strip().lstrip("\ufeff")) if first else None
+    if header is not None and (first[2] == 0 or _only_rows(text, len(header))):
         return 85
     banner = _TABLE_BANNER_RE.search(text)
     tabular = _other_lines(text) <= 2
@@ -97,19 +98,6 @@ MAX_PREAMBLE = 3
 
 def _is_preamble(line: str) -> bool:
     return bool(_PREAMBLE_RE.match(line.strip().lstrip("\ufeff")))
-
-
-def _first_line(text: str) -> str:
-    """The first line that is not blank nor (within the first few) a pasted prompt or comment."""
-    skipped = 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if skipped < MAX_PREAMBLE and _is_preamble(line):
-            skipped += 1
-            continue
-        return line.strip().lstrip("\ufeff")
-    return ""
 
 
 def _header_fields(line: str) -> list[tuple[str, str | None]] | None:
@@ -144,7 +132,7 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
         if header is not None:
             yield from _parse_csv(src, ctx, header, lines)
             return
-        seen_table = yield from _parse_table(src, ctx, _chain([first], lines))
+        seen_table = yield from _parse_table(src, ctx, _chain([first[:2]], lines))
     if not seen_table:
         raise BadInput(src.display, "not nvidia-smi output: no CSV header and no nvidia-smi table "
                                     "(for CSV, query with --format=csv without noheader)")
@@ -153,10 +141,6 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
 def _decoded(fh: Iterable[bytes]) -> Iterator[tuple[int, str]]:
     for n, raw in enumerate(fh, 1):
         yield n, raw.decode("utf-8", errors="replace").rstrip("\r\n")
-
-
-def _first_nonblank_text(text: str) -> str:
-    return next((ln.strip().lstrip("\ufeff") for ln in text.splitlines() if ln.strip()), "")
 
 
 def _only_rows(text: str, cells: int) -> bool:
@@ -179,8 +163,9 @@ def _only_rows(text: str, cells: int) -> bool:
     return True
 
 
-def _first_nonblank(lines: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
-    """The first line that is not blank nor a pasted prompt or comment (see _first_line)."""
+def _first_nonblank(lines: Iterable[tuple[int, str]]) -> tuple[int, str, int] | None:
+    """(number, line, pasted lines skipped) of the first line that is neither blank nor, within
+    the first MAX_PREAMBLE, a pasted prompt, comment or code fence."""
     skipped = 0
     for n, line in lines:
         if not line.strip():
@@ -188,7 +173,7 @@ def _first_nonblank(lines: Iterator[tuple[int, str]]) -> tuple[int, str] | None:
         if skipped < MAX_PREAMBLE and _is_preamble(line):
             skipped += 1
             continue
-        return n, line
+        return n, line, skipped
     return None
 
 

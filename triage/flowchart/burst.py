@@ -17,6 +17,7 @@ from .causes import detect
 from .knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opted_in
 from .context import Context
 from .phase import PhaseAnswer
+from .prefix_cache import low_hit_rate
 
 CLASS = OomClass.BURST
 KV_HIGH = 0.90
@@ -63,8 +64,6 @@ def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list
 def _cache_thrashing(ctx: Context, anchor: Evidence | None) -> bool:
     """Prefix caching on with a low hit rate: a full cache with a queue is then what a prefix-cache
     OOM looks like too, so one such reading does not count for a burst."""
-    from .prefix_cache import low_hit_rate    # prefix_cache's own rule, not a copy of it
-
     return prefix_caching_enabled(ctx) is not False and low_hit_rate(ctx, anchor) is not None
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..units import clock_parts
+
 MOMENT_LABELS = {"impact_start": "impact start", "detected": "detected", "first_response": "first response",
                  "mitigated": "mitigated", "resolved": "resolved"}
 DURATION_LABELS = {"ttd": "time to detect", "ttr": "time to respond", "ttm": "time to mitigate",
@@ -277,11 +279,7 @@ def span(d: timedelta | None) -> str | None:
     """29 min 47 s; 1 h 02 min 03 s; 45 s; 2 d 03 h 10 min."""
     if d is None:
         return None
-    total = int(round(d.total_seconds()))
-    sign, total = ("-" if total < 0 else ""), abs(total)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
+    sign, days, hours, minutes, seconds = clock_parts(d)
     if days:
         return f"{sign}{days} d {hours:02d} h {minutes:02d} min"
     if hours:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ..units import clock_parts
 from .model import DURATION_LABELS, DURATIONS, MOMENT_NAMES, Event, Moment, Timeline
 
 SCHEMA_ID = "triage.timeline/v1"
@@ -69,10 +70,8 @@ def duration_text(value: timedelta | None) -> str | None:
     """`13s`, `29m 47s`, `1h 02m 03s`; rounded to the second."""
     if value is None:
         return None
-    total = round(value.total_seconds())
-    sign, total = ("-" if total < 0 else ""), abs(total)
-    h, rest = divmod(total, 3600)
-    m, s = divmod(rest, 60)
+    sign, days, h, m, s = clock_parts(value)
+    h += 24 * days
     if h:
         return f"{sign}{h}h {m:02d}m {s:02d}s"
     if m:
