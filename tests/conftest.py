@@ -15,6 +15,15 @@ def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files instead of comparing")
 
 
+@pytest.fixture(autouse=True)
+def audit_key(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test signs and checks actions.jsonl with a key of its own, never the host's real one
+    (subprocesses inherit it through the environment)."""
+    path = tmp_path_factory.mktemp("audit-key") / "audit.key"
+    monkeypatch.setenv("TRIAGE_KEY_FILE", str(path))
+    return path
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -89,8 +89,12 @@ def test_eval_reports_figures(runner):
 
     result = runner.invoke(main, ["eval", str(CORPUS), "--json"])
     out = json.loads(result.stdout)
-    assert out["total"] >= 30 and out["misroutes"] == 0 and out["acceptable"] == 1.0
+    assert out["total"] >= 80 and out["misroutes"] == 0 and out["confident_wrong"] == 0
+    assert out["scored_accuracy"] >= 0.9 and out["false_alarms"] == 0
     assert set(out["per_class"]) >= {"startup", "burst", "not_gpu_oom", "no_oom"}
+    assert {"vllm", "sglang"} <= set(out["per_engine"])
+    human = runner.invoke(main, ["eval", str(CORPUS)]).stdout
+    assert "Per engine family" in human and "exact on in-scope, log-sufficient cases" in human
 
 
 def test_year_and_tz_options_change_times(runner, kv_log):

@@ -16,6 +16,14 @@ KNOWN_OPEN = {
     "r3-c02-jupyter-v066-sweep-instances-not-freed": "memory kept across LLM() instances in a notebook (label is a "
         "judgment call); the tool reads the last instance's weight-loading OOM as a start-up OOM",
 }
+# Development-corpus cases held out while the engine-wide rules were written (every third file
+# by name), scored once afterwards; these five were answered `unknown` and are left open.
+_HELD_OUT_OPEN = "held-out case, answered unknown when first scored; not yet examined"
+KNOWN_OPEN.update({name: _HELD_OUT_OPEN for name in (
+    "burst-d-026", "burst-e-020", "chronic-e-027", "no_oom-e-031", "not_gpu_oom-e-036")})
+# Targets on in-scope, log-sufficient cases of the development corpus (README, "Accuracy").
+EXACT_TARGET = 0.90
+ENGINE_TARGET = 0.85
 
 
 def _marked(paths):
@@ -33,9 +41,39 @@ def test_case_gets_its_label(case):
         assert result.answer in (result.label, "unknown"), f"{case.stem}: {result.answer} ({result.confidence})"
 
 
-def test_no_gpu_misroutes_and_no_confident_wrong_answers():
+def test_corpus_targets():
+    """>= 90% exact on in-scope, log-sufficient cases and >= 85% per engine family with 5 or more
+    such cases; no GPU/not-GPU misroute, no false alarm on a healthy log, no confident wrong answer."""
     report = evaluate_corpus(str(CORPUS))
-    assert report.total == len(CASES) >= 30
+    assert report.total == len(CASES) >= 80
     assert report.misroutes == 0
+    assert report.false_alarms == 0
     assert report.wrong == 0
-    assert report.acceptable_rate == 1.0
+    assert report.scored_accuracy >= EXACT_TARGET, report.scored_accuracy
+    for engine, row in report.per_engine().items():
+        if row["held_to_target"]:
+            assert row["exact"] >= ENGINE_TARGET, (engine, row)
+
+
+def test_probe_set_has_no_wrong_class():
+    """The probe cases keep their verdicts: each gets its label, or unknown where the log is not enough."""
+    report = evaluate_corpus(str(CORPUS.parent / "corpus_synthetic"))
+    wrong = [c.name for c in report.cases if not c.acceptable and c.name not in KNOWN_OPEN]
+    assert not wrong and report.misroutes == 0
+
+
+def test_eval_report_counts_confident_wrong_false_alarms_and_engines():
+    from triage.evaluate import CaseResult, EvalReport
+
+    report = EvalReport([
+        CaseResult("a", "burst", True, "chronic", 0.45, engine="vllm"),          # wrong, not confident
+        CaseResult("b", "burst", True, "startup", 0.7, engine="vllm"),           # confident wrong
+        CaseResult("c", "no_oom", True, "burst", 0.3, engine="sglang"),          # a false alarm
+        CaseResult("d", "startup", False, "unknown", 0.0, engine="sglang"),      # acceptable
+        CaseResult("e", "burst", True, "burst", 0.5, engine="tgi", in_scope=False),
+    ])
+    assert report.wrong == 1 and report.wrong_any == 3 and report.false_alarms == 1
+    assert [c.name for c in report.scored] == ["a", "b", "c"]
+    engines = report.per_engine()
+    assert engines["vllm"]["scored"] == 2 and engines["vllm"]["exact"] == 0.0
+    assert engines["tgi"]["scored"] == 0 and engines["tgi"]["exact"] is None

@@ -308,8 +308,9 @@ def test_a_declined_step_ends_the_run_before_anything_is_done(tmp_path, monkeypa
     monkeypatch.setenv("TRIAGE_LOCK_FILE", str(tmp_path / "lock"))
     asked: list[str] = []
     session = open_session(str(incident))
-    report = execute(session, ExecOptions(confirm=lambda q: asked.append(q) or False))
-    assert report.result == "declined" and asked == ["Run step 1 (drain)?"]
+    # The relaunch command is rebuilt from the logs (the bundle): asked about first, before any step.
+    report = execute(session, ExecOptions(confirm=lambda q: asked.append(q) or q.startswith("Run this command")))
+    assert report.result == "declined" and asked == ["Run this command from the bundle?", "Run step 1 (drain)?"]
     recs = [json.loads(line) for line in (incident / "actions.jsonl").read_text().splitlines()]
     assert [(r["action"], r["phase"], r["result"]) for r in recs] == [("run", "start", None),
                                                                       ("run", "end", "declined")]
@@ -531,6 +532,12 @@ def _records(incident: Path) -> list[dict]:
     return [json.loads(line) for line in (incident / "actions.jsonl").read_text().splitlines()]
 
 
+def _confirmed(session, **options) -> ExecOptions:
+    """--yes plus --trust-bundle-launch for the plan's commands from the bundle (the sample's launch
+    command is rebuilt from its logs)."""
+    return ExecOptions(yes=True, trusted_launches=tuple(b.digest for b in session.plan.bundle), **options)
+
+
 def test_an_action_that_breaks_is_recorded_and_the_run_still_ends(tmp_path, monkeypatch):
     from triage.recovery import executor
     from triage.recovery.audit import verify
@@ -541,7 +548,7 @@ def test_an_action_that_breaks_is_recorded_and_the_run_still_ends(tmp_path, monk
 
     monkeypatch.setitem(executor.RUNNERS, "stop_server", broken)
     session = _session_for(tmp_path, monkeypatch)
-    report = execute(session, ExecOptions(yes=True, force=True), lock_path=str(tmp_path / "lock"))
+    report = execute(session, _confirmed(session, force=True), lock_path=str(tmp_path / "lock"))
     assert report.result == "failed" and report.steps[-1].result == "failed"
     recs = _records(session.incident)
     assert [(r["step"], r["phase"], r["result"]) for r in recs][-3:] == [
@@ -561,7 +568,7 @@ def test_a_relaunch_cut_off_still_records_the_server_it_started(tmp_path, monkey
 
     monkeypatch.setitem(executor.RUNNERS, "stop_server", starts_then_dies)
     session = _session_for(tmp_path, monkeypatch)
-    options = ExecOptions(yes=True, force=True)
+    options = _confirmed(session, force=True)
     if cut == "timeout":
         execute(session, options, lock_path=str(tmp_path / "lock"))
     else:
@@ -859,7 +866,7 @@ def test_an_interrupt_swallowed_by_a_finalizer_still_ends_the_run(tmp_path, monk
     session = _session_for(tmp_path, monkeypatch)
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        execute(session, ExecOptions(yes=True, force=True), lock_path=str(tmp_path / "lock"))
+        execute(session, _confirmed(session, force=True), lock_path=str(tmp_path / "lock"))
     assert time.monotonic() - began < 10 and interrupts.pending() is None
     assert not [w for w in recwarn if "Exception ignored" in str(w.message)]     # no traceback printed
     recs = _records(session.incident)

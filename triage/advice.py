@@ -16,6 +16,7 @@ from .evidence.kinds import Kind
 from .flowchart.context import Context
 from .flowchart.knowledge import matching_bugs, version_tuple
 from .model import OomClass, Recommendation, Verdict
+from .units import as_int, finite_float, whole
 
 GiB = 1 << 30
 
@@ -35,12 +36,31 @@ _FLAGS = {
                "enforce_eager": "--disable-cuda-graph"},
     "tgi": {"max_model_len": "--max-total-tokens", "gpu_memory_utilization": "--cuda-memory-fraction",
             "max_num_batched_tokens": "--max-batch-prefill-tokens", "tensor_parallel_size": "--num-shard"},
+    # lmdeploy: --cache-max-entry-count is the share of *free* memory (after the weights) for the KV cache.
+    "lmdeploy": {"max_model_len": "--session-len", "gpu_memory_utilization": "--cache-max-entry-count",
+                 "max_num_seqs": "--max-batch-size", "max_num_batched_tokens": "--max-prefill-token-num",
+                 "tensor_parallel_size": "--tp"},
+    # trtllm-serve: the KV cache takes this share of the memory left after weights and buffers.
+    "trtllm": {"max_model_len": "--max_seq_len", "gpu_memory_utilization": "--kv_cache_free_gpu_memory_fraction",
+               "max_num_seqs": "--max_batch_size", "max_num_batched_tokens": "--max_num_tokens",
+               "tensor_parallel_size": "--tp_size"},
+    # llama.cpp / llama-server: the context is shared by the parallel slots; -ngl sets the GPU layers.
+    "llama.cpp": {"max_model_len": "--ctx-size", "max_num_seqs": "--parallel", "max_num_batched_tokens": "--batch-size"},
+    "mistral.rs": {"max_model_len": "--pa-ctxt-len", "gpu_memory_utilization": "--pa-gpu-mem-usage",
+                   "max_num_seqs": "--max-seqs"},
 }
 # Settings as the engine itself names them in its logged config.
 _ALIASES = {"sglang": {"gpu_memory_utilization": "mem_fraction_static", "max_num_seqs": "max_running_requests",
                        "max_model_len": "context_length", "tensor_parallel_size": "tp_size"},
             "tgi": {"max_num_batched_tokens": "max_batch_prefill_tokens", "max_model_len": "max_total_tokens",
-                    "gpu_memory_utilization": "cuda_memory_fraction", "tensor_parallel_size": "num_shard"}}
+                    "gpu_memory_utilization": "cuda_memory_fraction", "tensor_parallel_size": "num_shard"},
+            "lmdeploy": {"gpu_memory_utilization": "cache_max_entry_count", "max_model_len": "session_len",
+                         "max_num_seqs": "max_batch_size", "max_num_batched_tokens": "max_prefill_token_num",
+                         "tensor_parallel_size": "tp"},
+            "trtllm": {"gpu_memory_utilization": "kv_cache_free_gpu_memory_fraction", "max_model_len": "max_seq_len",
+                       "max_num_seqs": "max_batch_size", "max_num_batched_tokens": "max_num_tokens",
+                       "tensor_parallel_size": "tp_size"},
+            "llama.cpp": {"max_model_len": "n_ctx", "max_num_seqs": "n_parallel", "max_num_batched_tokens": "n_batch"}}
 
 
 def advise(verdict: Verdict, ctx: Context) -> None:
@@ -155,7 +175,8 @@ def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
     total = ctx.gpu_total_bytes
     cur_tokens = _int(_current(ctx, "max_num_batched_tokens"))
     if total:
-        target = next(t for limit, t in _BATCHED_TOKENS if total <= limit)
+        # past the table's last row (a bogus total from a damaged log) the last row applies
+        target = next((t for limit, t in _BATCHED_TOKENS if total <= limit), _BATCHED_TOKENS[-1][1])
         # Only ever lower it: with the current value unknown, the engine's default may be below the table.
         if cur_tokens is not None and cur_tokens > target:
             out.append(Recommendation("max_num_batched_tokens", cur_tokens, target,
@@ -298,6 +319,14 @@ def _argv_from_args(ctx: Context) -> list[str] | None:
         argv = ["python", "-m", "sglang.launch_server", "--model-path", str(model)]
     elif engine == "tgi":
         argv = ["text-generation-launcher", "--model-id", str(model)]
+    elif engine == "lmdeploy":
+        argv = ["lmdeploy", "serve", "api_server", str(model)]
+    elif engine == "trtllm":
+        argv = ["trtllm-serve", str(model)]
+    elif engine == "llama.cpp":
+        argv = ["llama-server", "--model", str(model)]
+    elif engine != "vllm":
+        return None
     else:
         argv = ["vllm", "serve", str(model)]
     for setting, flag in _FLAGS[engine].items():
@@ -354,17 +383,15 @@ def _fmt(v: Any) -> str:
 
 
 def _float(v: Any) -> float | None:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
+    """A launch setting as a finite number (`0.9`, `"0.9"`); None for text, NaN, Inf, 1e999."""
+    return finite_float(v) if isinstance(v, (int, float, str)) else None
 
 
 def _int(v: Any) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+    """A launch setting as a whole number (`8192`, `"8192"`, `8192.0`); None otherwise."""
+    if isinstance(v, float):
+        return as_int(v)
+    return whole(v) if isinstance(v, (int, str)) else None
 
 
 def _dedupe(recs: list[Recommendation]) -> list[Recommendation]:

@@ -24,14 +24,53 @@ def read_incident(root: Path) -> tuple[dict[str, Any], Path | None]:
         if path.exists():
             import yaml  # only bundles have incident.yaml; keep it off the cold path
 
+            from .safefile import read_regular
+
             try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+                if path.stat().st_size > MAX_INCIDENT_BYTES:
+                    raise BadInput(str(path), f"larger than {MAX_INCIDENT_BYTES >> 10} KiB: not an incident description")
+                # read_regular: a FIFO planted as incident.yaml is refused at once instead of blocking
+                data = yaml.safe_load(read_regular(path).decode("utf-8", errors="replace"))
             except yaml.YAMLError as exc:
                 raise BadInput(str(path), f"invalid YAML: {str(exc).splitlines()[0]}") from None
             except OSError as exc:
                 raise BadInput(str(path), f"cannot read: {exc.strerror or exc}") from None
+            except RecursionError:
+                raise BadInput(str(path), f"invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels") from None
+            except (ValueError, OverflowError) as exc:
+                # a value YAML types but Python cannot hold: `created: 0000-01-01`, an int of 5,000 digits
+                why = "a number with more than 4,300 digits" if "4300 digits" in str(exc) else str(exc).splitlines()[0][:120]
+                raise BadInput(str(path), f"invalid YAML value: {why}") from None
+            _check_shape(data, path)
             return (data if isinstance(data, dict) else {}), path
     return {}, None
+
+
+MAX_INCIDENT_BYTES = 1 << 20
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000
+
+
+def _check_shape(data: Any, path: Path) -> None:
+    """BadInput for a document nested too deep, or one whose aliases expand past MAX_YAML_NODES
+    values ("billion laughs": a few lines of `&a [*b, *b, ...]` that every reader would walk
+    exponentially). Iterative, and stops at the budget."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    seen = 0
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_NODES:
+            raise BadInput(str(path), f"invalid YAML: more than {MAX_YAML_NODES:,} values (aliases that expand?)")
+        if isinstance(node, dict):
+            children: list[Any] = [*node.keys(), *node.values()]
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            children = list(node)
+        else:
+            continue
+        if depth > MAX_YAML_DEPTH:
+            raise BadInput(str(path), f"invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def zone(name: str, where: Path | str) -> tzinfo:

@@ -14,6 +14,8 @@ import click
 
 from . import __version__
 from .errors import ExitCode, TriageError
+from .output import echo_json, masked_streams
+from .redact import mask_text
 
 PROGRESS_MIN_BYTES = 100 * 1024 * 1024
 SIGPIPE_EXIT = 141
@@ -47,9 +49,12 @@ class TriageGroup(click.Group):
         except TriageError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"triage: {exc}", err=True)
+            click.echo(f"triage: {mask_text(str(exc))}", err=True)
             ctx.exit(int(exc.exit_code))
-        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        except click.ClickException as exc:
+            exc.message = mask_text(exc.message)    # click prints it after the masked streams are gone
+            raise
+        except (click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except BrokenPipeError:
             # The reader went away (`triage classify ... | head`): nothing is wrong with the input,
@@ -63,8 +68,8 @@ class TriageGroup(click.Group):
         except Exception as exc:  # the contract: never a traceback without --debug
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"triage: internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for details)",
-                       err=True)
+            click.echo(f"triage: internal error: {exc.__class__.__name__}: {mask_text(str(exc))} "
+                       "(rerun with --debug for details)", err=True)
             ctx.exit(int(ExitCode.BAD_INPUT))
 
 
@@ -80,6 +85,9 @@ def main(ctx: click.Context, debug: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if ctx.invoked_subcommand != "sim":     # the simulator's stderr is a vLLM log, written as vLLM writes it
+        # Whatever any module prints, secrets are masked on the way out (see triage/output.py).
+        ctx.with_resource(masked_streams())
 
 
 @main.command()
@@ -90,19 +98,26 @@ def main(ctx: click.Context, debug: bool) -> None:
 @click.option("--explain", is_flag=True, help="Also print every evidence record that was read.")
 @click.option("--year", type=click.IntRange(1970, 2100), help="Year for vLLM's year-less timestamps.")
 @click.option("--tz", "tz_name", metavar="ZONE", help="Zone of zone-less log times (default UTC, or incident.yaml).")
+@click.option("--max-input-bytes", "max_input", metavar="SIZE",
+              help="Most a compressed input may expand to (default 4GiB, or $TRIAGE_MAX_INPUT_BYTES), e.g. 16GiB.")
 def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, explain: bool, year: int | None,
-             tz_name: str | None) -> None:
+             tz_name: str | None, max_input: str | None) -> None:
     """Classify the OOM in PATHS: log files (.gz too), bundle directories, scrapes, or - for stdin."""
     from .api import classify_paths
+    from .units import parse_size
 
     if not paths and not metrics_urls:
         raise click.UsageError("give at least one PATH (or - for stdin) or --metrics-url")
+    max_bytes = parse_size(max_input) if max_input is not None else None
+    if max_input is not None and not max_bytes:
+        raise click.BadParameter(f"{max_input!r} is not a size (use bytes or e.g. 16GiB)", param_hint="--max-input-bytes")
     with _progress(paths) as progress:
-        verdict, evidence = classify_paths(paths, year=year, tz=tz_name, metrics_urls=metrics_urls, progress=progress)
+        verdict, evidence = classify_paths(paths, year=year, tz=tz_name, metrics_urls=metrics_urls, progress=progress,
+                                           max_bytes=max_bytes)
     if as_json:
         from .report import to_json
 
-        click.echo(json.dumps(to_json(verdict), indent=2, ensure_ascii=False))
+        echo_json(to_json(verdict), indent=2, ensure_ascii=False)
     else:
         from .console import render_verdict
 
@@ -123,7 +138,7 @@ def eval_cmd(corpus: str, as_json: bool, verbose: bool) -> None:
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
-        from .console import render_eval
+        from .eval_render import render_eval
 
         render_eval(report, verbose=verbose)
 
@@ -177,16 +192,19 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
 @click.option("--deployment", metavar="NS/NAME", help="Kubernetes deployment (kubectl driver).")
 @click.option("--allow-gpu-reset", is_flag=True, help="Permit nvidia-smi --gpu-reset on an idle GPU.")
 @click.option("--force", is_flag=True, help="Act even if the server answers a real completion again.")
+@click.option("--trust-bundle-launch", "trusted_launches", multiple=True, metavar="DIGEST",
+              help="Run the command from the incident bundle whose digest the plan prints (--yes does not).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or the run report) as JSON.")
 def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str], params: Sequence[str],
             execute: bool, yes: bool, pids: Sequence[int], url: str | None, launch_command: str | None,
             driver: str | None, unit: str | None, deployment: str | None, allow_gpu_reset: bool, force: bool,
-            as_json: bool) -> None:
+            trusted_launches: Sequence[str], as_json: bool) -> None:
     """Recover INCIDENT with its runbook: a dry-run plan, or --execute it step by step.
 
     Without --execute nothing is signalled, restarted or written. With it, every step is
     confirmed (or --yes), time-boxed and recorded in INCIDENT/actions.jsonl; a re-run resumes
-    after the last completed step.
+    after the last completed step. A relaunch command read from the bundle (not from the running
+    server or --launch-command) runs only once confirmed at the prompt or by --trust-bundle-launch.
     """
     from .recovery.session import open_session
 
@@ -202,7 +220,7 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
         if as_json:
             from .recovery.plan import plan_json
 
-            click.echo(json.dumps({**plan_json(session.plan), "refused_by_preflight": problems}, indent=2))
+            echo_json({**plan_json(session.plan), "refused_by_preflight": problems}, indent=2)
         else:
             from .console import render_plan
 
@@ -218,7 +236,7 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
 
     view = RecoverConsole(quiet=as_json)
     options = ExecOptions(yes=yes, allow_gpu_reset=allow_gpu_reset, driver=driver, unit=unit, deployment=deployment,
-                          force=force, confirm=_ask, say=view.say)
+                          force=force, confirm=_ask, say=view.say, trusted_launches=tuple(trusted_launches))
     view.header(session.plan)
     try:
         report = run_plan(session, options, show_step=view.step, show_result=view.result)
@@ -230,7 +248,7 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
     if as_json:
         from .recovery.executor import report_json
 
-        click.echo(json.dumps(report_json(report), indent=2))
+        echo_json(report_json(report), indent=2)
     if not report.ok:
         sys.exit(int(ExitCode.BAD_INPUT))
 
@@ -250,16 +268,26 @@ def audit() -> None:
 @audit.command(name="verify")
 @click.argument("incident", type=click.Path(exists=True))
 def audit_verify(incident: str) -> None:
-    """Check the hash chain of INCIDENT/actions.jsonl: edits, deletions, reordering, truncation."""
+    """Check the hash chain of INCIDENT/actions.jsonl (edits, deletions, reordering, truncation) and
+    which records this host's key authenticates. Exit 1 when the chain is broken or any record is
+    not authenticated by this host (recovery ignores those)."""
     from .recovery.audit import verify
 
-    report = verify(incident)
-    if report.ok:
-        click.echo(report.summary())
-        return
-    for problem in report.problems:
-        click.echo(f"triage: {problem}", err=True)
-    sys.exit(int(ExitCode.BAD_INPUT))
+    report = verify(incident, key=True)
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(f"triage: {problem}", err=True)
+        sys.exit(int(ExitCode.BAD_INPUT))
+    click.echo(report.summary())
+    if report.untrusted:
+        shown = 20
+        for line in report.untrusted[:shown]:
+            click.echo(f"triage: {line}", err=True)
+        if len(report.untrusted) > shown:
+            click.echo(f"triage: ... and {len(report.untrusted) - shown} more", err=True)
+        click.echo(f"triage: {len(report.untrusted)} record(s) not authenticated by this host's key: recovery "
+                   "ignores them (PIDs, launches, resume points)", err=True)
+        sys.exit(int(ExitCode.BAD_INPUT))
 
 
 class _progress:

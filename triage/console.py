@@ -1,9 +1,12 @@
 """Human output with rich: the verdict, the walk, the evidence, the changes to make.
 
 The only module (besides the CLI's progress bar) that imports rich, and only when a human is
-reading: `--json` never loads it.
+reading: `--json` never loads it. Everything printed is masked (`triage.redact`) before rich lays
+it out, so a wrapped line never splits a secret into pieces no pattern recognises.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import rich.console
 from rich.markup import escape
@@ -13,17 +16,54 @@ from rich.text import Text
 
 from .model import EvidenceSet, Verdict
 from .paths import runbooks_dir
+from .redact import mask_text, redact_output
 from .report import iso, same_fact
 
 
 class Console(rich.console.Console):
-    """rich's Console, except that a closed pipe (`triage classify ... | head`) raises
-    BrokenPipeError, which the CLI turns into the SIGPIPE exit status, instead of rich's own
-    SystemExit(1), which would read as "bad input"."""
+    """rich's Console, except that
+    * everything printed is masked first: text, markup, and the cells and titles of tables and
+      panels;
+    * a closed pipe (`triage classify ... | head`) raises BrokenPipeError, which the CLI turns
+      into the SIGPIPE exit status, instead of rich's own SystemExit(1), which would read as
+      "bad input"."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(self._masked(o, kwargs) for o in objects), **kwargs)
+
+    def _masked(self, item: Any, kwargs: dict[str, Any]) -> Any:
+        if isinstance(item, str):
+            if mask_text(item) == item:
+                return item
+            # Markup first, then mask the text it shows (a mask must not cut a tag in half).
+            item = self.render_str(item, markup=kwargs.get("markup"), highlight=kwargs.get("highlight"),
+                                   emoji=kwargs.get("emoji"))
+        if isinstance(item, Text):
+            return masked_text(item)
+        if isinstance(item, Panel):
+            item.renderable = self._masked(item.renderable, {})
+            item.title = self._masked(item.title, {}) if item.title is not None else None
+            return item
+        if isinstance(item, Table):
+            item.title = self._masked(item.title, {}) if item.title is not None else None
+            for column in item.columns:
+                column.header = self._masked(column.header, {})
+                column._cells = [self._masked(cell, {}) for cell in column._cells]
+            return item
+        return item
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError
+
+
+def masked_text(text: Text) -> Text:
+    """`text` with secrets masked; unchanged (styles and all) when it holds none."""
+    plain = mask_text(text.plain)
+    if plain == text.plain:
+        return text
+    return Text(plain, style=text.style, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap,
+                end=text.end)
 
 _COLOURS = {"startup": "yellow", "burst": "red", "chronic": "magenta", "prefix_cache": "cyan",
             "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
@@ -32,6 +72,7 @@ _COLOURS = {"startup": "yellow", "burst": "red", "chronic": "magenta", "prefix_c
 def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = False,
                    console: Console | None = None) -> None:
     out = console or Console(highlight=False)
+    verdict = redact_output(verdict)        # before any text is cut short or wrapped
     cls = verdict.oom_class.value
     colour = _COLOURS.get(cls, "white")
     head = Text.assemble((f" {cls.upper()} ", f"bold black on {colour}"),
@@ -81,11 +122,12 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
         out.print("\n[bold]To settle it, attach[/bold]")
         for a in verdict.attach:
             _item(out, "•", Text(a))
-    notes = [s.time_note for s in evidence.sources if s.time_note]
+    sources = redact_output(evidence.sources)
+    notes = [s.time_note for s in sources if s.time_note]
     if notes:
         out.print()
         _hang(out, "", Text(f"Times: {notes[0]}. Inputs: "
-                            + ", ".join(f"{s.path} ({s.kind}, {s.records})" for s in evidence.sources), style="dim"), 0)
+                            + ", ".join(f"{s.path} ({s.kind}, {s.records})" for s in sources), style="dim"), 0)
     if explain:
         _explain(out, evidence)
 
@@ -128,9 +170,10 @@ def _explain(out: Console, evidence: EvidenceSet) -> None:
     # wraps mid-number at 80 columns. Fields wrap between "key=value" items.
     out.print("\n[bold]Every record read[/bold]")
     for e in evidence:
-        out.print(Text.assemble("  ", (e.where, "bold"), f"  {iso(e.time) or '—'}  ", (e.kind, "cyan")))
-        fields = [f"{k}={v}" for k, v in e.fields.items() if k not in ("frames", "args") and v is not None]
-        line = "  ".join(fields)
+        out.print(Text.assemble("  ", (mask_text(e.where), "bold"), f"  {iso(e.time) or '—'}  ", (e.kind, "cyan")))
+        fields = [f"{k}={v}" for k, v in redact_output(dict(e.fields)).items()
+                  if k not in ("frames", "args") and v is not None]
+        line = mask_text("  ".join(fields))         # masked whole, then cut
         _hang(out, "", Text(line if len(line) <= 800 else line[:799] + "…", style="dim"), 6)
 
 
@@ -158,36 +201,6 @@ def _short(text: str, limit: int = 220) -> str:
 
 def _v(value) -> str:
     return "—" if value is None else str(value)
-
-
-def render_eval(report, *, verbose: bool = False, console: Console | None = None) -> None:
-    out = console or Console(highlight=False)
-    if verbose:
-        cases = Table(title="Cases", title_justify="left")
-        for col in ("case", "label", "answer", "conf", "ok"):
-            cases.add_column(col)
-        for c in report.cases:
-            ok = "[green]ok[/green]" if c.correct else ("[yellow]unknown (allowed)[/yellow]" if c.acceptable else "[red]WRONG[/red]")
-            cases.add_row(c.name, c.label, c.answer, f"{c.confidence:.2f}", ok)
-        out.print(cases)
-    table = Table(title=f"Per class ({report.total} cases)", title_justify="left")
-    for col in ("class", "n", "precision", "recall"):
-        table.add_column(col, justify="right" if col != "class" else "left")
-    for cls, row in report.per_class().items():
-        if cls == "unknown":
-            continue
-        table.add_row(cls, str(row["support"]), _pct(row["precision"]), _pct(row["recall"]))
-    out.print(table)
-    unknowns = [c for c in report.cases if c.answer == "unknown"]
-    out.print(f"answered unknown: {len(unknowns)} ({sum(c.acceptable for c in unknowns)} on cases marked "
-              "insufficient, where unknown is an acceptable answer)")
-    out.print(f"accuracy (exact label): {_pct(report.accuracy)}   "
-              f"acceptable (label, or unknown where insufficient): {_pct(report.acceptable_rate)}")
-    out.print(f"GPU/not-GPU misroutes: {report.misroutes}   confident wrong answers: {report.wrong}")
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:.1f}%"
 
 
 class RecoverConsole:

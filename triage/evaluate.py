@@ -2,7 +2,8 @@
 
 A case is a YAML file with `label`, `sufficient`, `log` and optional `metrics`. Each is written
 to a fresh folder as `server.log` (+ `metrics.txt`) and classified through the same library
-call as the CLI. A case marked `sufficient: 'no'` may also be answered `unknown`.
+call as the CLI. A case marked `sufficient: 'no'` may also be answered `unknown`; the exact-accuracy
+figure is taken over in-scope (`scope: in`), log-sufficient cases, overall and per engine family.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from .errors import BadInput, TriageError
 
 GPU_CLASSES = {"startup", "burst", "chronic", "prefix_cache"}
 CLASSES = ("startup", "burst", "chronic", "prefix_cache", "not_gpu_oom", "no_oom", "unknown")
+CONFIDENT = 0.5              # a wrong class at this confidence or above is a confident wrong answer
+ENGINE_TABLE_MIN = 5         # engine families with fewer scored cases are listed but not held to a target
 
 
 @dataclass
@@ -25,6 +28,22 @@ class CaseResult:
     answer: str
     confidence: float
     error: str | None = None
+    engine: str = "unknown"
+    in_scope: bool = True
+
+    @property
+    def scored(self) -> bool:
+        """In scope and decidable from the log: the cases the exact-accuracy target is about."""
+        return self.in_scope and self.sufficient
+
+    @property
+    def confident_wrong(self) -> bool:
+        return not self.acceptable and self.answer not in ("unknown", "error") and self.confidence >= CONFIDENT
+
+    @property
+    def false_alarm(self) -> bool:
+        """A healthy log given a failure class."""
+        return self.label == "no_oom" and self.answer not in ("no_oom", "unknown")
 
     @property
     def correct(self) -> bool:
@@ -62,7 +81,38 @@ class EvalReport:
 
     @property
     def wrong(self) -> int:
+        """Confident wrong answers: a wrong class at confidence >= CONFIDENT."""
+        return sum(c.confident_wrong for c in self.cases)
+
+    @property
+    def wrong_any(self) -> int:
+        """Wrong classes at any confidence (unknown is not counted)."""
         return sum(1 for c in self.cases if not c.acceptable and c.answer != "unknown")
+
+    @property
+    def false_alarms(self) -> int:
+        return sum(c.false_alarm for c in self.cases)
+
+    @property
+    def scored(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.scored]
+
+    @property
+    def scored_accuracy(self) -> float | None:
+        scored = self.scored
+        return sum(c.correct for c in scored) / len(scored) if scored else None
+
+    def per_engine(self) -> dict[str, dict[str, Any]]:
+        """Exact accuracy on in-scope, log-sufficient cases per engine family."""
+        out: dict[str, dict[str, Any]] = {}
+        for engine in sorted({c.engine for c in self.cases}):
+            mine = [c for c in self.cases if c.engine == engine]
+            scored = [c for c in mine if c.scored]
+            out[engine] = {"cases": len(mine), "scored": len(scored),
+                           "exact": sum(c.correct for c in scored) / len(scored) if scored else None,
+                           "acceptable": sum(c.acceptable for c in mine) / len(mine),
+                           "held_to_target": len(scored) >= ENGINE_TABLE_MIN}
+        return out
 
     def per_class(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -79,8 +129,11 @@ class EvalReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "accuracy": self.accuracy, "acceptable": self.acceptable_rate,
-                "misroutes": self.misroutes, "confident_wrong": self.wrong, "per_class": self.per_class(),
-                "cases": [{"name": c.name, "label": c.label, "sufficient": c.sufficient, "answer": c.answer,
+                "scored": len(self.scored), "scored_accuracy": self.scored_accuracy,
+                "misroutes": self.misroutes, "confident_wrong": self.wrong, "wrong_any_confidence": self.wrong_any,
+                "false_alarms": self.false_alarms, "per_class": self.per_class(), "per_engine": self.per_engine(),
+                "cases": [{"name": c.name, "label": c.label, "engine": c.engine, "sufficient": c.sufficient,
+                           "in_scope": c.in_scope, "answer": c.answer,
                            "confidence": c.confidence, "acceptable": c.acceptable,
                            **({"error": c.error} if c.error else {})} for c in self.cases]}
 
@@ -102,6 +155,8 @@ def run_case(path: Path) -> CaseResult:
 
     case = load_case(path)
     sufficient = str(case.get("sufficient", "yes")).lower() in ("yes", "true")
+    meta = {"engine": str(case.get("engine") or "unknown"),
+            "in_scope": str(case.get("scope", "in")).lower() != "out"}
     with tempfile.TemporaryDirectory(prefix="triage-case-") as tmp:
         folder = Path(tmp) / path.stem
         folder.mkdir()
@@ -111,10 +166,11 @@ def run_case(path: Path) -> CaseResult:
         try:
             verdict, _ = classify_paths([str(folder)])
         except TriageError as exc:
-            return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, str(exc))
+            return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, str(exc), **meta)
         except Exception as exc:  # one broken case must not stop the scoring of the others
-            return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, f"{type(exc).__name__}: {exc}")
-    return CaseResult(path.stem, case["label"], sufficient, verdict.oom_class.value, verdict.confidence)
+            return CaseResult(path.stem, case["label"], sufficient, "error", 0.0, f"{type(exc).__name__}: {exc}",
+                              **meta)
+    return CaseResult(path.stem, case["label"], sufficient, verdict.oom_class.value, verdict.confidence, **meta)
 
 
 def evaluate_corpus(directory: str) -> EvalReport:

@@ -1,9 +1,14 @@
-"""Verdict -> the stable `triage.verdict/v1` JSON object (evidence indexed, times in UTC)."""
+"""Verdict -> the stable `triage.verdict/v1` JSON object (evidence indexed, times in UTC).
+
+The object is an output: its text is masked (`triage.redact.redact_output`), so the new `command`
+reads `--api-key ***`. The Verdict itself keeps the real values for recovery to relaunch with.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 from .model import Evidence, Verdict
+from .redact import redact_output
 
 SCHEMA_ID = "triage.verdict/v1"
 
@@ -28,7 +33,7 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
     summary_refs = ref(verdict.evidence)
     causes = [{"id": c.id, "title": c.title, **({"detail": c.detail} if c.detail else {}), "evidence": ref(c.evidence)}
               for c in verdict.causes]
-    return {
+    return redact_output({
         "schema": SCHEMA_ID,
         "verdict": {"class": verdict.oom_class.value, "confidence": round(float(verdict.confidence), 2),
                     "summary": verdict.summary, "evidence": summary_refs},
@@ -43,7 +48,7 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "command": verdict.command,
         "runbook": verdict.runbook,
         "attach": list(verdict.attach),
-    }
+    })
 
 
 def same_fact(e: Evidence) -> tuple:

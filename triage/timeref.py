@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 
 UTC = timezone.utc
+# Dates outside these years are damage, not evidence (`9999-12-31T23`, year 0, 99999): refused
+# where they are read, so that the arithmetic after (a day either side, a zone offset, half a
+# year for alignment) can never run off the end of datetime's range.
+MIN_YEAR, MAX_YEAR = 1900, 2999
+# Clocks of two hosts drift: a log line a few minutes ahead of this host's clock is not "the future".
+FUTURE_SKEW = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class TimeReference:
         if month == 2 and day == 29 and not self.forced_year:
             while not _leap(year):   # the latest Feb 29 at or before the reference
                 year -= 1
+        if not MIN_YEAR <= year <= MAX_YEAR:
+            return None
         try:
             local = datetime(year, month, day, hour, minute, second, micro, tzinfo=self.tz)
         except ValueError:
@@ -44,8 +52,10 @@ class TimeReference:
                 return None
         return local.astimezone(UTC)
 
-    def localize(self, naive: datetime) -> datetime:
-        """A zone-less full stamp (with year) -> UTC."""
+    def localize(self, naive: datetime) -> datetime | None:
+        """A zone-less full stamp (with year) -> UTC; None outside MIN_YEAR..MAX_YEAR."""
+        if not MIN_YEAR <= naive.year <= MAX_YEAR:
+            return None                     # datetime's last day west of UTC has no UTC time
         if naive.tzinfo is not None:
             return naive.astimezone(UTC)
         return naive.replace(tzinfo=self.tz).astimezone(UTC)
@@ -54,6 +64,22 @@ class TimeReference:
         if self.forced_year is not None or self.year_source == "incident.yaml":
             return self
         return TimeReference(when, source, self.tz, self.tz_source, self.forced_year)
+
+
+def in_future(moment: datetime, now: datetime | None = None) -> bool:
+    """True when `moment` (aware) lies ahead of now by more than the clock skew allowed.
+
+    A log read in the wrong zone lands hours ahead of the real time; nothing can have been
+    written then, so such a time is evidence of a wrong zone, not of when something happened."""
+    return moment > (now or datetime.now(UTC)) + FUTURE_SKEW
+
+
+def future_warning(source: str, latest: datetime, tz_source: str | None = None, now: datetime | None = None) -> str:
+    """The one line that flags a file whose times lie in the future."""
+    now = now or datetime.now(UTC)
+    zone = f"; zone {tz_source}" if tz_source else ""
+    return (f"{source}: log times lie in the future (up to {latest:%Y-%m-%dT%H:%M:%SZ}, now "
+            f"{now:%Y-%m-%dT%H:%M:%SZ}{zone}): is incident.yaml's timezone right?")
 
 
 def _leap(year: int) -> bool:
@@ -91,6 +117,8 @@ def parse_iso(text: str) -> datetime | None:
     try:
         dt = datetime.fromisoformat(s.replace(" ", "T", 1) if "T" not in s else s)
     except ValueError:
+        return None
+    if not MIN_YEAR <= dt.year <= MAX_YEAR:
         return None
     if dt.tzinfo is None:
         return dt.replace(tzinfo=UTC)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
@@ -17,8 +17,10 @@ from typing import Iterable, Sequence
 from ..bundle import RELAUNCH_DIR, read_incident, zone
 from ..errors import BadInput
 from ..model import EvidenceSet, SourceInfo
-from ..timeref import TimeReference, default_reference, parse_iso
-from .base import InputFile, ParseContext, is_json_log, json_head, looks_binary
+from ..safefile import NotRegular
+from ..timeref import MAX_YEAR, MIN_YEAR, TimeReference, default_reference, future_warning, in_future, parse_iso
+from ..units import noting_dropped
+from .base import InputFile, ParseContext, input_limit, is_json_log, json_head, looks_binary
 
 # Parser modules, tried in this order (ties go to the earlier one). "logs" is the fallback.
 PARSER_MODULES: tuple[str, ...] = (
@@ -85,14 +87,12 @@ def expand(paths: Sequence[str], stdin_data: bytes | None = None,
             found = _walk(p)
             if not found:
                 raise BadInput(given, "directory holds no files")
-            for f in found:
-                real = os.path.realpath(f)
+            for f, rel, real in found:
                 if real in seen:
                     continue   # a symlink to a file already read
                 seen.add(real)
-                rel = os.path.relpath(f, p)
                 display = rel if len(paths) == 1 else os.path.join(given, rel)
-                inputs.append(InputFile(display=display, path=str(f), explicit=False))
+                inputs.append(InputFile(display=display, path=f, explicit=False))
         else:
             if not os.access(p, os.R_OK):
                 raise BadInput(given, "not readable (permission denied)")
@@ -122,15 +122,38 @@ def _derived(name: str) -> bool:
     return lower.startswith(("postmortem", "timeline")) and lower.endswith((".md", ".svg", ".csv", ".json"))
 
 
-def _walk(root: Path) -> list[Path]:
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        top = Path(dirpath) == root
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and not (top and d in _NOT_EVIDENCE_DIRS))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            if not name.startswith(".") and path.is_file():   # no FIFOs or sockets inside a bundle
-                out.append(path)
+def _walk(root: Path) -> list[tuple[str, str, str]]:
+    """(path, path relative to root, real path) of every regular file under root, in name order.
+
+    Hidden entries and the directories triage writes (recovery/) are left out; so are FIFOs and
+    sockets, and symlinked directories are not followed. One scandir per directory: the file
+    type comes with the entry, and the real path is computed only for symlinks (a directory of
+    100,000 files costs no stat per file)."""
+    out: list[tuple[str, str, str]] = []
+    real_root = os.path.realpath(root)
+    pending = [(str(root), "", real_root)]
+    while pending:
+        here, rel_here, real_here = pending.pop()
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError:
+            continue              # a sub-directory that cannot be listed holds no evidence we can read
+        subdirs = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            rel = os.path.join(rel_here, entry.name) if rel_here else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if not (not rel_here and entry.name in _NOT_EVIDENCE_DIRS):
+                        subdirs.append((entry.path, rel, os.path.join(real_here, entry.name)))
+                elif entry.is_file():   # no FIFOs or sockets inside a bundle; a symlink to a file is one
+                    link = entry.is_symlink()
+                    out.append((entry.path, rel, os.path.realpath(entry.path) if link else
+                                os.path.join(real_here, entry.name)))
+            except OSError:
+                continue
+        pending.extend(reversed(subdirs))
     return out
 
 
@@ -150,13 +173,18 @@ def _spool(stream, spool: list[str] | None) -> str:
     return path
 
 
-def time_reference(bundle: Path | None, year: int | None, tz_name: str | None) -> TimeReference:
+def time_reference(bundle: Path | None, year: int | None, tz_name: str | None,
+                   problems: list[str] | None = None) -> TimeReference:
+    """`problems` collects what in incident.yaml could not be used (it is then ignored)."""
     tz = tz_source = None
     if tz_name:
         tz, tz_source = zone(tz_name, "--tz"), f"{tz_name} (--tz)"
     if bundle is not None:
         meta, meta_path = read_incident(bundle)
         created = parse_iso(str(meta.get("created", ""))) if meta.get("created") else None
+        if meta.get("created") and created is None and problems is not None:
+            problems.append(f"{meta_path}: created: {str(meta['created'])[:60]!r} is not a time from {MIN_YEAR} to "
+                            f"{MAX_YEAR} (use e.g. 2026-03-12T14:17:05Z); ignored")
         if tz is None and meta.get("timezone"):
             try:
                 tz, tz_source = zone(str(meta["timezone"]), meta_path or bundle), f"{meta['timezone']} (incident.yaml)"
@@ -184,14 +212,16 @@ def scrape(url: str, timeout: float = 10.0) -> InputFile:
 
 def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | None = None,
                   stdin_data: bytes | None = None, progress=None, extra: Sequence[InputFile] = (),
-                  require: bool = True) -> EvidenceSet:
+                  require: bool = True, max_bytes: int | None = None) -> EvidenceSet:
     """Parse every input into one EvidenceSet (records in order of appearance).
 
     `require=False` returns an empty set instead of failing when no input holds evidence (a
-    timeline can still be built from an incident's notes and recovery log)."""
+    timeline can still be built from an incident's notes and recovery log). `max_bytes` caps
+    what a compressed input may expand to (default: base.input_limit())."""
+    input_limit(max_bytes)      # an unreadable $TRIAGE_MAX_INPUT_BYTES: one line before anything is read
     spooled: list[str] = []
     try:
-        return _load(paths, year, tz, stdin_data, progress, spooled, extra, require)
+        return _load(paths, year, tz, stdin_data, progress, spooled, extra, require, max_bytes)
     finally:
         for path in spooled:   # nothing is left behind
             try:
@@ -201,17 +231,25 @@ def load_evidence(paths: Sequence[str], *, year: int | None = None, tz: str | No
 
 
 def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequence[InputFile],
-          require: bool = True) -> EvidenceSet:
+          require: bool = True, max_bytes: int | None = None) -> EvidenceSet:
     inputs, bundle = expand(paths, stdin_data, spooled)
     inputs += list(extra)
-    times = time_reference(bundle, year, tz)
-    ctx = ParseContext(times=times, progress=progress)
+    for src in inputs:
+        src.max_bytes = max_bytes
     result = EvidenceSet()
+    skipped: list[tuple[str, str]] = []     # (file found in a directory, why it was not read)
+    try:
+        times = time_reference(bundle, year, tz, result.warnings)
+    except NotRegular as exc:      # a FIFO as incident.yaml: read the evidence without it
+        result.warnings.append(f"{exc}; skipped")
+        times = time_reference(None, year, tz)
+    ctx = ParseContext(times=times, progress=progress)
     mods = parsers()
     used = 0
     # (log, parser, index in result.sources, its records) for logs whose year is a guess
     weak_logs: list[tuple[InputFile, ModuleType, int, list]] = []
     log_records: set[int] = set()   # id() of every record a log parser made
+    live_records: set[int] = set()  # id() of every record read live (a --metrics-url scrape): dated now
     for src in inputs:
         if not src.explicit and (src.name.lower() in _NOT_EVIDENCE or _derived(src.name)):
             continue   # a bundle's own metadata (incident.yaml, README.md, ...): not worth a warning
@@ -219,15 +257,20 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
         if reason:
             if src.explicit:
                 raise BadInput(src.display, reason)
-            result.warnings.append(f"{src.display}: skipped ({reason})")
+            skipped.append((src.display, reason))
             continue
         mod = pick_parser(src, mods)
         if mod.NAME == "log" and json_head(src.head()) and not is_json_log(src.head()):
             # JSON that no structured parser claimed: say why instead of reading it as a log.
-            problem = _unclaimed_json(src)
+            try:
+                problem = _unclaimed_json(src)
+            except BadInput as exc:
+                if src.explicit:
+                    raise
+                problem = exc.problem
             if src.explicit:
                 raise BadInput(src.display, problem)
-            result.warnings.append(f"{src.display}: skipped ({problem})")
+            skipped.append((src.display, problem))
             continue
         used += 1
         src_times = times
@@ -237,14 +280,19 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
                 src_times = times.with_reference(mtime, "file mtime")
         ctx.times = src_times
         before = len(result.items)
-        try:
-            result.extend(mod.parse(src, ctx))
-        except BadInput as exc:
-            if src.explicit:
-                raise
-            # A damaged file inside a bundle (a cut .gz, say): keep what was read, say so.
-            result.warnings.append(f"{src.display}: {exc.problem} (kept the {len(result.items) - before} records read)")
+        with noting_dropped() as dropped:
+            try:
+                result.extend(mod.parse(src, ctx))
+            except BadInput as exc:
+                if src.explicit:
+                    raise
+                # A damaged file inside a bundle (a cut .gz, say): keep what was read, say so.
+                result.warnings.append(f"{src.display}: {exc.problem} (kept the {len(result.items) - before} records read)")
+        if dropped.count:
+            result.warnings.append(f"{src.display}: {dropped.note()}")
         count = len(result.items) - before
+        if src.taken_at is not None:
+            live_records.update(id(e) for e in result.items[before:])
         note = src_times.note() if mod.NAME == "log" else None
         if mod.NAME == "log":
             log_records.update(id(e) for e in result.items[before:])
@@ -252,9 +300,13 @@ def _load(paths, year, tz, stdin_data, progress, spooled: list[str], extra: Sequ
                 weak_logs.append((src, mod, len(result.sources), result.items[before:]))
         result.sources.append(SourceInfo(src.display, mod.NAME, count, note))
     result.items.sort(key=lambda e: e.seq)   # held-back stats lines rejoin their place in time
-    dated = [e for e in result.items if e.time is not None and id(e) not in log_records]
+    # A scrape taken now says when triage ran, not when the incident happened: it dates no log.
+    undated = log_records | live_records
+    dated = [e for e in result.items if e.time is not None and id(e) not in undated]
     for src, mod, at, own in weak_logs:
         _align_year(result, src, mod, at, own, dated, ctx, times)
+    result.warnings += _summarise_quiet(result, skipped, {i.display for i in inputs if not i.explicit})
+    result.warnings += _future_logs(result, times.tz_source)
     if used == 0 and require:
         where = ", ".join(paths) or ", ".join(i.display for i in inputs)
         raise BadInput(where, "no evidence files found (expected server logs, /metrics scrapes, nvidia-smi output, "
@@ -301,6 +353,46 @@ def _align_year(result: EvidenceSet, src: InputFile, mod: ModuleType, at: int, o
     years = "/".join(str(y) for y in sorted({t.year for t in new_times}))
     note = f"year-less times read as {years} (nearest the dates in {latest.source}); zone {times.tz_source}"
     result.sources[at] = SourceInfo(info.path, info.kind, len(again), note)
+
+
+def _future_logs(result: EvidenceSet, tz_source: str) -> list[str]:
+    """A warning per log whose times lie ahead of now: read in the wrong zone, most likely."""
+    logs = {s.path for s in result.sources if s.kind == "log"}
+    latest: dict[str, datetime] = {}
+    for e in result.items:
+        if e.time is not None and e.source in logs and (e.source not in latest or e.time > latest[e.source]):
+            latest[e.source] = e.time
+    return [future_warning(src, t, tz_source) for src, t in sorted(latest.items()) if in_future(t)]
+
+
+# Up to this many files of one kind of skip are named one per line; more are summarised in one
+# line with a count and a few names (a directory of 100,000 unrelated files is one line, not 100,000).
+LIST_SKIPPED = 5
+# Files of a directory that were read as logs but held nothing: listed as inputs up to this many;
+# beyond it they leave the list of inputs and are counted in one line.
+LIST_EMPTY = 20
+SKIP_EXAMPLES = 3
+
+
+def _summarise_quiet(result: EvidenceSet, skipped: list[tuple[str, str]], found: set[str]) -> list[str]:
+    """The warnings for files of a directory that gave nothing: skipped ones by reason, and (when
+    there are many) the ones read as logs without a single record, which then leave result.sources."""
+    by_reason: dict[str, list[str]] = {}
+    for display, reason in skipped:
+        by_reason.setdefault(reason, []).append(display)
+    empty = [s.path for s in result.sources if s.records == 0 and s.kind == "log" and s.path in found]
+    if len(empty) > LIST_EMPTY:
+        gone = set(empty)
+        result.sources = [s for s in result.sources if s.path not in gone]
+        by_reason["nothing recognised in them"] = empty
+    lines = []
+    for reason, names in by_reason.items():
+        if len(names) <= LIST_SKIPPED:
+            lines += [f"{name}: skipped ({reason})" for name in names]
+        else:
+            shown = ", ".join(names[:SKIP_EXAMPLES])
+            lines.append(f"{len(names):,} files (e.g. {shown}, …): skipped ({reason})")
+    return lines
 
 
 def _gap_days(ours: list, theirs: list) -> float:

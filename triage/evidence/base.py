@@ -9,20 +9,50 @@ import gzip
 import io
 import json
 import os
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import IO, Any, Callable, Iterator, Protocol
 
+from .. import safejson
 from ..errors import BadInput
 from ..model import Evidence
-from ..timeref import TimeReference
+from ..timeref import MAX_YEAR, MIN_YEAR, TimeReference
+from ..units import format_bytes, parse_size
 
 HEAD_BYTES = 64 * 1024
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 MAX_LINE_BYTES = 16 * 1024 * 1024       # a longer "line" is not a log line
 MAX_JSON_BYTES = 256 * 1024 * 1024      # structured inputs are read whole; cap them
 GZIP_MAGIC = b"\x1f\x8b"
+# What a compressed input may expand to. A server log compresses 10-20x, so 4 GiB is a log of
+# 200-400 MiB on disk, a month of a busy server.
+DEFAULT_MAX_INPUT_BYTES = 4 << 30
+MAX_INPUT_ENV = "TRIAGE_MAX_INPUT_BYTES"
+# A "gzip bomb" (31 MB of repeated lines that expand to 10 GiB, 330-fold) is refused as soon as
+# it shows that ratio, not after reading up to the cap (which, for lines the parser must look at,
+# would take many minutes). Real logs compress 5-17x (the bundled samples, uvicorn health checks);
+# past 100x after the first 16 MiB is repetition no server writes. A limit given explicitly
+# (--max-input-bytes, $TRIAGE_MAX_INPUT_BYTES) turns this check off: the user vouches for the file.
+MAX_RATIO = 100
+RATIO_AFTER = 16 << 20
+
+
+def input_limit(given: int | None = None) -> tuple[int, bool]:
+    """(the cap on a compressed input's decompressed size, whether it was given explicitly):
+    `given` (--max-input-bytes), else $TRIAGE_MAX_INPUT_BYTES (`8GiB`, `500MiB`, bytes), else
+    DEFAULT_MAX_INPUT_BYTES. BadInput for an unreadable $TRIAGE_MAX_INPUT_BYTES."""
+    if given is not None:
+        return given, True
+    raw = os.environ.get(MAX_INPUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_INPUT_BYTES, False
+    value = parse_size(raw)
+    if value is None or value <= 0:
+        raise BadInput(MAX_INPUT_ENV, f"{raw!r} is not a size (use bytes or e.g. 8GiB)")
+    return value, True
 
 
 @dataclass
@@ -34,24 +64,42 @@ class InputFile:
     data: bytes | None = None          # in-memory content (stdin, tests)
     explicit: bool = True              # named by the user (errors are fatal) vs found in a dir
     taken_at: datetime | None = None   # when a live reading was taken (a /metrics scrape)
+    max_bytes: int | None = None       # cap on the decompressed size (None: input_limit())
     _head: bytes | None = field(default=None, repr=False)
+    _small: bytes | None = field(default=None, repr=False)   # a small file's whole raw content
+    _size: int | None = field(default=None, repr=False)
+
+    @property
+    def _content(self) -> bytes | None:
+        return self.data if self.data is not None else self._small
 
     @property
     def compressed(self) -> bool:
         return self.raw_head(2) == GZIP_MAGIC
 
     def raw_head(self, n: int) -> bytes:
-        if self.data is not None:
-            return self.data[:n]
+        content = self._content
+        if content is not None:
+            return content[:n]
         with open(self.path, "rb") as fh:  # type: ignore[arg-type]
             return fh.read(n)
 
     def open(self) -> IO[bytes]:
-        """Decompressed binary stream, UTF-8 (UTF-16 text, e.g. from PowerShell, is transcoded)."""
-        raw: IO[bytes] = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")  # type: ignore[arg-type]
-        if self.compressed:
-            raw = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
-        first = raw.peek(2)[:2] if hasattr(raw, "peek") else self.raw_head(2)
+        """Decompressed binary stream, UTF-8 (UTF-16 text, e.g. from PowerShell, is transcoded).
+
+        A compressed input reads through `_Inflated`: a damaged stream or one that expands past
+        the cap raises BadInput naming the file, from whichever read meets the problem."""
+        content = self._content
+        raw: IO[bytes]
+        if content is not None:
+            raw, magic = io.BytesIO(content), content[:2]
+        else:
+            raw = open(self.path, "rb")  # type: ignore[arg-type]
+            magic = raw.peek(2)[:2]  # type: ignore[attr-defined]
+        if magic == GZIP_MAGIC:
+            cap, explicit = input_limit(self.max_bytes)
+            raw = io.BufferedReader(_Inflated(raw, self.display, cap, check_ratio=not explicit), 1 << 16)
+        first = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else magic
         if first in UTF16_BOMS:
             return _Utf16Reader(raw)  # type: ignore[return-value]
         return raw
@@ -59,23 +107,41 @@ class InputFile:
     def head(self) -> bytes:
         if self._head is None:
             try:
+                self._keep_if_small()
                 with self.open() as fh:
                     self._head = fh.read(HEAD_BYTES)
             except (OSError, EOFError) as exc:
                 raise BadInput(self.display, f"cannot read: {exc.__class__.__name__}: {exc}") from None
         return self._head
 
+    def _keep_if_small(self) -> None:
+        """Read a file that fits in the head once, whole: a directory of many small files then
+        costs one open per file instead of four (sniff, gzip check, parse, re-check)."""
+        if self._content is None and self.path is not None and self.size() <= HEAD_BYTES:
+            with open(self.path, "rb") as fh:
+                data = fh.read(HEAD_BYTES + 1)
+            if len(data) <= HEAD_BYTES:     # not grown meanwhile (a log still being written)
+                self._small = data
+
     def size(self) -> int:
-        if self.data is not None:
-            return len(self.data)
-        return os.path.getsize(self.path)  # type: ignore[arg-type]
+        content = self._content
+        if content is not None:
+            return len(content)
+        if self._size is None:
+            self._size = os.path.getsize(self.path)  # type: ignore[arg-type]
+        return self._size
 
     def mtime(self) -> datetime | None:
+        """The file's modification time; None when it has none a date can hold (`touch -d @1e15`)."""
         if self.path is None:
             return None
-        return datetime.fromtimestamp(os.path.getmtime(self.path), tz=timezone.utc)
+        try:
+            when = datetime.fromtimestamp(os.path.getmtime(self.path), tz=timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            return None
+        return when if MIN_YEAR <= when.year <= MAX_YEAR else None
 
-    @property
+    @cached_property
     def name(self) -> str:
         return os.path.basename(self.display)
 
@@ -101,11 +167,59 @@ class InputFile:
             raise BadInput(self.display, f"JSON larger than {MAX_JSON_BYTES >> 20} MiB")
         try:
             # utf-8-sig: tools on Windows write a BOM that json.loads rejects.
-            return json.loads(blob.decode("utf-8-sig", errors="replace"))
+            return safejson.loads(blob.decode("utf-8-sig", errors="replace"))
         except json.JSONDecodeError as exc:
             cut = exc.pos >= len(blob.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
             what = "truncated JSON" if cut else "invalid JSON"
             raise BadInput(self.display, f"{what} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        except ValueError as exc:     # safejson.TooDeep / HugeNumber
+            raise BadInput(self.display, f"unusable JSON: {exc}") from None
+
+
+class _Inflated(io.RawIOBase):
+    """A gzip stream that stops at a cap and names its file when it is damaged.
+
+    GzipFile raises zlib.error, EOFError or BadGzipFile from any read, mid-parse; each parser
+    would have to catch all three. Here they become one BadInput ("corrupt gzip data ..."), and
+    so does expanding past `cap` bytes or (with `check_ratio`) more than MAX_RATIO-fold, with
+    the way to raise the limit."""
+
+    def __init__(self, raw: IO[bytes], display: str, cap: int, *, check_ratio: bool = True):
+        self._raw = raw
+        self._gz = gzip.GzipFile(fileobj=raw)
+        self._display = display
+        self._cap = cap
+        self._check_ratio = check_ratio
+        self._total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[override]
+        try:
+            n = self._gz.readinto(buf)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise BadInput(self._display, f"cannot read: corrupt gzip data ({exc.__class__.__name__}: {exc})") from None
+        self._total += n
+        if self._total > self._cap:
+            raise BadInput(self._display, f"decompresses to more than {format_bytes(self._cap)}, the limit on a "
+                                          f"compressed input (a gzip bomb?); to read it, raise the limit with "
+                                          f"--max-input-bytes or {MAX_INPUT_ENV} (e.g. 16GiB)")
+        if self._check_ratio and self._total > RATIO_AFTER:
+            packed = max(1, self._raw.tell())       # compressed bytes read so far (and a little read-ahead)
+            if self._total > MAX_RATIO * packed:
+                raise BadInput(self._display, f"expands more than {MAX_RATIO}-fold ({format_bytes(self._total)} from "
+                                              f"{format_bytes(packed)} so far), which no server log does (a gzip "
+                                              f"bomb?); to read it anyway, give a limit with --max-input-bytes or "
+                                              f"{MAX_INPUT_ENV} (e.g. 16GiB)")
+        return n
+
+    def close(self) -> None:
+        try:
+            self._gz.close()
+            self._raw.close()        # GzipFile leaves a file object it was given open
+        finally:
+            super().close()
 
 
 class _Utf16Reader(io.RawIOBase):
@@ -182,9 +296,28 @@ def clip(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class _Last:
+    """The answer for the head asked about last: every sniffer asks the same questions about the
+    same head object, once per file (a directory of 100,000 files asks 500,000 times)."""
+
+    def __init__(self, fn: Callable[[bytes], Any]):
+        self.fn = fn
+        self.head: bytes | None = None
+        self.answer: Any = None
+
+    def __call__(self, head: bytes) -> Any:
+        if head is not self.head:
+            self.answer, self.head = self.fn(head), head
+        return self.answer
+
+
 def looks_binary(head: bytes) -> bool:
     """NUL bytes (outside UTF-16 text), or a share of control bytes or undecodable bytes that no
     text log has. A stray Latin-1 byte is still text: lines are decoded with replacement."""
+    return _looks_binary(head)
+
+
+def _binary(head: bytes) -> bool:
     if not head or head.startswith(UTF16_BOMS):
         return False
     if b"\x00" in head:
@@ -211,12 +344,22 @@ def json_head(head: bytes) -> str | None:
     A leading bracket is not enough: dmesg ("[ 2448.6] ...") and CI logs ("[2025-03-10T...] ...")
     start with one too. The head must decode as JSON, or fail only where the bytes run out.
     """
+    return _json_head(head)
+
+
+def _json(head: bytes) -> str | None:
     text = head.decode("utf-8-sig", errors="replace").lstrip()
     if text[:1] not in ("{", "["):
         return None
     try:
-        _, end = json.JSONDecoder().raw_decode(text)
+        _, end = safejson.raw_decode(text)
     except json.JSONDecodeError as exc:
         return text[0] if exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string") else None
+    except ValueError:
+        return text[0]     # nested too deep or a 4,300-digit number: JSON, refused by read_json with why
     rest = text[end:].lstrip()
     return text[0] if not rest or rest[:1] in ("{", "[") else None
+
+
+_looks_binary = _Last(_binary)
+_json_head = _Last(_json)

@@ -33,11 +33,13 @@ class Kind(str, Enum):
     LOAD_MODEL_OOM = "load_model_oom"
     PROFILING_ERROR = "profiling_error"
     KV_POOL_OOM = "kv_pool_oom"                # SGLang/TGI: token pool exhausted for a batch
+    POOL_LEAK = "pool_leak"                    # an engine's own KV-pool leak check failed (SGLang): chronic
     # --- engine failure wrappers ---------------------------------------------------------
     ENGINE_START_FAILED = "engine_start_failed"
     ENGINE_DEAD = "engine_dead"
     PROCESS_DIED = "process_died"              # a server process died without saying why (sigquit, "Killed")
     REQUEST_FAILED = "request_failed"          # a request failed mid-generation (the server was serving)
+    STEP_FAILED = "step_failed"                # a model step for scheduled requests failed (the serving loop)
     TRACEBACK = "traceback"                    # frames + the exception that ended them
     EXCEPTION = "exception"                    # an exception line not covered by a kind above
     # --- not a GPU OOM -------------------------------------------------------------------
@@ -54,6 +56,7 @@ class Kind(str, Enum):
     HOST_MEMORY_EXHAUSTED = "host_memory_exhausted"  # a host (CPU) allocation failed: ENOMEM, bad_alloc
     PROCESS_CRASH = "process_crash"            # segfault, stack overflow, abort by signal
     SETUP_ERROR = "setup_error"                # broken install or environment: import, driver, device, tokenizer
+    SOFTWARE_FAULT = "software_fault"          # a panic, a hung process a watchdog or health check gave up on
     # --- readings ------------------------------------------------------------------------
     GPU_MEMORY = "gpu_memory"                  # per-GPU used/total (nvidia-smi, NVML, DCGM)
     GPU_PROCESS = "gpu_process"                # a process holding GPU memory
@@ -68,6 +71,7 @@ class Kind(str, Enum):
 GPU_OOM_KINDS = frozenset({
     Kind.TORCH_OOM, Kind.CUDA_OOM, Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS,
     Kind.FREE_MEMORY_LOW, Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.KV_POOL_OOM, Kind.PROFILING_ERROR,
+    Kind.POOL_LEAK,
 })
 
 #: vLLM's own start-up memory checks: each one is a start-up failure by construction.
@@ -80,7 +84,7 @@ STARTUP_CHECK_KINDS = frozenset({
 NOT_GPU_KINDS = frozenset({
     Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
-    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.SOFTWARE_FAULT,
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping
 from ..errors import BadInput
 from ..model import Evidence
 from ..timeref import parse_iso
+from ..units import whole
 from .base import InputFile, ParseContext, json_head, looks_binary
 from .kinds import Kind
 
@@ -241,10 +242,8 @@ def _list(value: Any) -> list[Any]:
 def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("-").isdigit()):
+        return whole(value)
     return None
 
 

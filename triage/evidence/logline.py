@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..timeref import TimeReference, parse_iso
+from ..units import whole
 
 # Real ESC sequences, and the caret notation ("^[[0;36m") that survives copy-paste.
 ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;]*[A-Za-z]")
@@ -96,11 +97,11 @@ def json_line(raw: str) -> dict | None:
     """A structured log record (one JSON object per line), or None."""
     if not raw.lstrip().startswith("{"):
         return None
-    import json
+    from ..safejson import loads
 
     try:
-        obj = json.loads(raw)
-    except ValueError:
+        obj = loads(raw)
+    except ValueError:      # not JSON, nested too deep, a 4,300-digit number: read as plain text
         return None
     if isinstance(obj, dict) and any(isinstance(obj.get(k), str) for k in _JSON_MESSAGE_KEYS):
         return obj
@@ -140,8 +141,8 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
         # The usual shape, "(EngineCore_DP0 pid=9) INFO 03-12 14:17:03 [core.py:1] msg", in one match.
         m = _VLLM_AT.match(text, fast.end())
         t = times.resolve(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
-        pid = int(fast["pid"]) if fast["pid"] else None
-        rank = int(fast["rank"]) if fast["rank"] else None
+        pid = whole(fast["pid"]) if fast["pid"] else None
+        rank = whole(fast["rank"]) if fast["rank"] else None
         return _line(text[m.end():], m["level"], t, fast["proc"], pid, rank, m["file"], "vllm")
     outer_time: datetime | None = None
     process = None
@@ -156,11 +157,11 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
             if gd.get("iso"):
                 outer_time = outer_time or _iso(gd["iso"], times)
             if gd.get("proc"):
-                process, pid = gd["proc"], int(gd["pid"])
+                process, pid = gd["proc"], whole(gd["pid"])
                 if gd.get("rank"):
-                    rank = int(gd["rank"])
+                    rank = whole(gd["rank"])
             if gd.get("rank2"):
-                rank = int(gd["rank2"])
+                rank = whole(gd["rank2"])
             text = text[m.end():]
             break
         else:

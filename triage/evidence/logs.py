@@ -20,6 +20,7 @@ from .base import MAX_LINE_BYTES, InputFile, ParseContext
 from .kinds import Kind
 from .logline import LogLine, parse_line
 from .signatures import match_message, pool_detail
+from ..units import whole
 from .torch_oom import is_complete, parse_torch_oom
 
 NAME = "log"
@@ -48,7 +49,15 @@ _CHAIN = ("The above exception was the direct cause", "During handling of the ab
 # vLLM's request logging (--enable-log-requests): prompts and outputs, i.e. user text.
 _REQUEST_LOG_MARKERS = (b"Received request", b"Added request", b"Finished request", b"Generated response",
                         b"Aborted request", b"prompt: '", b"prompt_token_ids")
+# vLLM's admission line ("Added request <id>.") names a request id and nothing the user wrote:
+# kept, because it shows the engine taking a request (serving) right before a failure.
+_ADMISSION = b"Added request "
+_USER_TEXT = (b"prompt", b"params", b"'", b'"')
+
+
 def is_request_log(raw: bytes) -> bool:
+    if _ADMISSION in raw and not any(m in raw for m in _USER_TEXT):
+        return False
     return any(marker in raw for marker in _REQUEST_LOG_MARKERS)
 
 
@@ -192,7 +201,7 @@ class LogScanner:
             tb.open = True
             tb.after_frame = True
             if len(tb.frames) < MAX_FRAMES:
-                tb.frames.append((frame.group(1), int(frame.group(2)), frame.group(3)))
+                tb.frames.append((frame.group(1), whole(frame.group(2)), frame.group(3)))
             return
         if "Traceback (most recent call last)" in msg:
             if tb is not None and tb.frames:
@@ -407,7 +416,8 @@ def iter_blocks(src: InputFile, ctx: ParseContext) -> Iterator[tuple[bytearray, 
     partial line) saves two copies of every byte. Refuses a "line" longer than MAX_LINE_BYTES:
     that is not a text log.
     """
-    buf = bytearray(BLOCK)
+    # A small plain file gets a buffer its size (a directory of 100,000 of them would zero 100 GB)
+    buf = bytearray(BLOCK if src.compressed else max(1, min(BLOCK, src.size() + 1)))
     have = 0                                   # a partial line carried at the front of buf
     with src.open() as fh:
         while True:

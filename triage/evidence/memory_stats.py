@@ -11,16 +11,15 @@ integers, so the records say `approximate=True`. The table also turns up inside 
 """
 from __future__ import annotations
 
-import json
-import math
 import re
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Mapping
 
+from .. import safejson
 from ..errors import BadInput
 from ..model import Evidence
 from ..timeref import parse_iso
-from ..units import format_bytes, size_from
+from ..units import byte_count, finite_float, format_bytes, size_from, whole
 from .base import InputFile, ParseContext, json_head, looks_binary
 from .kinds import Kind
 
@@ -45,7 +44,7 @@ _BYTE_STATS = (
 SUMMARY_HEADER_RE = re.compile(r"PyTorch CUDA memory summary, device ID\s+(\d+)")
 _OOMS_RE = re.compile(r"CUDA OOMs:\s*(\d+)")
 _RETRIES_RE = re.compile(r"cudaMalloc retries:\s*(\d+)")
-_SIZE = r"(\d+)\s*(B|KiB|MiB|GiB|TiB|PiB)"
+_SIZE = r"(?<!\d)(\d+)\s*(B|KiB|MiB|GiB|TiB|PiB)"
 _SUMMARY_ROW_RE = re.compile(
     r"\|\s*(?P<metric>Allocated memory|Active memory|Requested memory|GPU reserved memory|"
     r"Non-releasable memory)\s*\|\s*" + _SIZE + r"\s*\|\s*" + _SIZE + r"\s*\|")
@@ -57,7 +56,7 @@ _SUMMARY_METRICS = {
     "Non-releasable memory": "inactive_split",
 }
 _SUMMARY_COUNT_ROW_RE = re.compile(
-    r"\|\s*(?P<metric>Allocations|GPU reserved segments|Non-releasable allocs)\s*\|\s*(?P<cur>\d+)\s*(?P<unit>[KM])?\s*\|")
+    r"\|\s*(?P<metric>Allocations|GPU reserved segments|Non-releasable allocs)\s*\|\s*(?P<cur>\d+)\s*(?:(?P<unit>[KM])\s*)?\|")
 _SUMMARY_COUNTS = {
     "Allocations": "allocation_count",
     "GPU reserved segments": "segment_count",
@@ -118,7 +117,7 @@ def _looks_jsonl(head: bytes) -> bool:
     if len(lines) < 2 or not lines[1].lstrip().startswith(b"{"):
         return False
     try:
-        return isinstance(json.loads(lines[0].decode("utf-8", errors="replace")), dict)
+        return isinstance(safejson.loads(lines[0].decode("utf-8", errors="replace")), dict)
     except ValueError:
         return False
 
@@ -130,9 +129,9 @@ def _parse_jsonl(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
             if not raw.strip():
                 continue
             try:
-                doc = json.loads(raw.decode("utf-8", errors="replace"))
+                doc = safejson.loads(raw.decode("utf-8", errors="replace"))
             except ValueError:
-                continue  # a last line cut by the kill that ended the run; the others still count
+                continue  # a last line cut by the kill that ended the run (or unusable); the others still count
             for stats, meta in _find_dumps(doc, {}, 0):
                 found += 1
                 yield _stats_evidence(src, ctx, n, stats, meta)
@@ -211,9 +210,9 @@ def _device(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return whole(value)
     m = _DEVICE_RE.match(str(value).strip())
-    return int(m.group(1)) if m else None
+    return whole(m.group(1)) if m else None
 
 
 def _time(value: Any) -> datetime | None:
@@ -224,12 +223,9 @@ def _time(value: Any) -> datetime | None:
         when = parse_iso(value)
         if when is not None:
             return when
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if isinstance(value, (int, float)) and value > 0:
-        seconds = value / 1000.0 if value > 1e11 else float(value)
+    number = finite_float(value)      # None for text that is no number, NaN, Infinity, 4,000 digits
+    if number is not None and number > 0:
+        seconds = number / 1000.0 if number > 1e11 else number
         try:
             return datetime.fromtimestamp(seconds, tz=timezone.utc)
         except (OverflowError, OSError, ValueError):
@@ -246,8 +242,9 @@ def _stat(stats: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = stats.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            # JSON may carry Infinity/NaN (json.dumps writes them): not a byte count.
-            return int(value) if math.isfinite(value) else None
+            # JSON may carry Infinity/NaN (json.dumps writes them) or 4,000 digits: not a byte count.
+            number = finite_float(value)
+            return byte_count(number) if number is not None else None
     return None
 
 
@@ -344,7 +341,7 @@ def parse_summary_lines(lines: list[str]) -> dict[str, Any] | None:
         if m:
             if seen_header:
                 break  # the next table starts
-            seen_header, device = True, int(m.group(1))
+            seen_header, device = True, whole(m.group(1))
             continue
         if not seen_header:
             continue
@@ -365,10 +362,10 @@ def parse_summary_lines(lines: list[str]) -> dict[str, Any] | None:
 def _summary_line(line: str, fields: dict[str, Any]) -> None:
     m = _OOMS_RE.search(line)
     if m:
-        fields["num_ooms"] = int(m.group(1))
+        fields["num_ooms"] = whole(m.group(1))
     m = _RETRIES_RE.search(line)
     if m:
-        fields["num_alloc_retries"] = int(m.group(1))
+        fields["num_alloc_retries"] = whole(m.group(1))
     row = _SUMMARY_ROW_RE.search(line)
     if row:
         stem = _SUMMARY_METRICS[row.group("metric")]
@@ -378,10 +375,12 @@ def _summary_line(line: str, fields: dict[str, Any]) -> None:
     count = _SUMMARY_COUNT_ROW_RE.search(line)
     if count:
         scale = {"K": 1000, "M": 1000 ** 2}.get(count.group("unit") or "", 1)
-        fields[_SUMMARY_COUNTS[count.group("metric")]] = int(count.group("cur")) * scale
+        cur = whole(count.group("cur"))
+        fields[_SUMMARY_COUNTS[count.group("metric")]] = cur * scale if cur is not None else None
 
 
-def _floored_size(num: str, unit: str) -> int:
+def _floored_size(num: str, unit: str) -> int | None:
     if unit == "PiB":  # units.py stops at TiB; memory_summary() goes one further
-        return size_from(num, "TiB") * 1024
+        tib = size_from(num, "TiB")
+        return tib * 1024 if tib is not None else None
     return size_from(num, unit)

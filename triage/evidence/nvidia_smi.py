@@ -18,7 +18,7 @@ from typing import Any, Generator, Iterable, Iterator
 
 from ..errors import BadInput
 from ..model import Evidence
-from ..units import size_from
+from ..units import finite_float, size_from, whole
 from .base import InputFile, ParseContext, looks_binary
 from .kinds import Kind
 
@@ -52,13 +52,17 @@ _TABLE_STAMP_RE = re.compile(
     r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r"\s+(?P<day>\d{1,2})\s+(?P<hms>\d{2}:\d{2}:\d{2})\s+(?P<year>\d{4})\s*$")
 _BUS_ID_RE = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
-_GPU_CELL_RE = re.compile(r"^\s*(?P<index>\d+)\s+(?P<name>.+?)(?:\s{2,}(?:On|Off|WDDM|TCC|N/A))?\s*$")
-_MEM_CELL_RE = re.compile(r"(?P<used>\d+)\s*(?P<uu>[KMG]iB)\s*/\s*(?P<total>\d+)\s*(?P<tu>[KMG]iB)")
+# Names start and end with a non-blank (a blank cell has no name): with `.+?` between two runs of
+# blanks a padded row backtracked cubically.
+_GPU_CELL_RE = re.compile(
+    r"^\s*(?P<index>\d+)(?:\s+(?P<name>\S(?:.*?\S)??)(?:\s{2,}(?:On|Off|WDDM|TCC|N/A))?\s*|\s{2,})$")
+_MEM_CELL_RE = re.compile(r"(?<!\d)(?P<used>\d+)\s*(?P<uu>[KMG]iB)\s*/\s*(?P<total>\d+)\s*(?P<tu>[KMG]iB)")
 _UTIL_CELL_RE = re.compile(r"^\s*(?P<pct>\d+)%")
 # `|    0   N/A  N/A    1234      C   python3      81024MiB |`; GI/CI columns are absent before ~450.
+# The process name is matched as above (a row without one leaves `name` empty).
 _PROC_ROW_RE = re.compile(
     r"^\|\s+(?P<gpu>\d+)\s+(?:(?P<gi>\S+)\s+(?P<ci>\S+)\s+)?(?P<pid>\d+|N/A)\s+"
-    r"(?P<type>[CGM](?:\+[CGM])*)\s+(?P<name>.+?)\s+(?P<mem>\d+\s*[KMG]iB|N/A)\s*\|\s*$")
+    r"(?P<type>[CGM](?:\+[CGM])*)(?:\s+(?P<name>\S(?:.*?\S)??)\s+|\s{3,})(?P<mem>\d+\s*[KMG]iB|N/A)\s*\|\s*$")
 
 
 # ---------------------------------------------------------------------------------- sniff
@@ -92,7 +96,7 @@ def _other_lines(text: str) -> int:
 
 # What people paste above a command's output: the shell prompt and command, a comment, a code
 # fence. Up to MAX_PREAMBLE such lines may precede the CSV header.
-_PREAMBLE_RE = re.compile(r"^(?:```|~~~|[$#>%]\s|PS [^>]*>|[\w.-]+@[\w.-]+[^$#]*[$#]\s)")
+_PREAMBLE_RE = re.compile(r"^(?:```|~~~|[$#>%]\s|PS [^>]*>|[\w.-]+@[\w.-][^$#]*[$#]\s)")
 MAX_PREAMBLE = 3
 
 
@@ -257,17 +261,14 @@ def _text(value: str | None) -> str | None:
 def _int(value: str | None) -> int | None:
     if _is_na(value):
         return None
-    try:
-        return int(value.strip())  # type: ignore[union-attr]
-    except ValueError:
-        return None
+    return whole(value.strip())  # type: ignore[union-attr]
 
 
 def _number(value: str | None) -> float | None:
     if _is_na(value):
         return None
     m = _VALUE_RE.match(value.strip())  # type: ignore[union-attr]
-    return float(m.group("num")) if m else None
+    return finite_float(m.group("num")) if m else None
 
 
 def _bytes(row: dict[str, str], units: dict[str, str | None], key: str) -> int | None:
@@ -359,15 +360,15 @@ def _table_gpu(src: InputFile, ctx: ParseContext, first: tuple[int, str, list[st
     mem = _MEM_CELL_RE.search(cells[1]) if len(cells) >= 2 else None
     util = _UTIL_CELL_RE.match(cells[2]) if len(cells) >= 3 else None
     fields: dict[str, Any] = {
-        "gpu": int(gm["index"]) if gm else None,
-        "name": gm["name"].strip() if gm else None,
+        "gpu": whole(gm["index"]) if gm else None,
+        "name": (gm["name"] or "").strip() if gm else None,
         "uuid": None,
         "pci_bus_id": bus.group(0) if bus else None,
         "used_bytes": size_from(mem["used"], mem["uu"]) if mem else None,
         "total_bytes": size_from(mem["total"], mem["tu"]) if mem else None,
         "free_bytes": None,                  # the table does not print it; used+free != total anyway
         "reserved_bytes": None,
-        "utilization_pct": float(util["pct"]) if util else None,
+        "utilization_pct": finite_float(util["pct"]) if util else None,
         "driver_version": driver,
     }
     mem_text = f"{mem['used']}{mem['uu']} / {mem['total']}{mem['tu']}" if mem else "memory N/A"
@@ -383,14 +384,14 @@ def _process_row(src: InputFile, ctx: ParseContext, n: int, line: str,
     mem = m["mem"]
     used = None
     if mem != "N/A":
-        num, unit = re.match(r"(\d+)\s*([KMG]iB)", mem).groups()  # type: ignore[union-attr]
+        num, unit = re.match(r"^(\d+)\s*([KMG]iB)", mem).groups()  # type: ignore[union-attr]
         used = size_from(num, unit)
     fields: dict[str, Any] = {
-        "pid": None if m["pid"] == "N/A" else int(m["pid"]),
-        "name": m["name"].strip(),
+        "pid": None if m["pid"] == "N/A" else whole(m["pid"]),
+        "name": (m["name"] or "").strip(),
         "used_bytes": used,
         "gpu_uuid": None,
-        "gpu": int(m["gpu"]),
+        "gpu": whole(m["gpu"]),
         "gpu_name": None,
         "gpu_bus_id": None,
         "type": m["type"],

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from ..errors import BadInput
 from ..model import Evidence
 from ..timeref import parse_iso
+from ..units import byte_count, finite_float, whole
 from .base import InputFile, ParseContext
 from .kinds import Kind
 
@@ -44,7 +45,7 @@ CONCEPTS = {
 }
 _SAMPLE_LINE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|NaN|Inf)(?:\s+-?\d+)?\s*$")
-_SAMPLE_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?=[{\s])")
+_SAMPLE_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?=[{\s])")
 _STAMP_IN_NAME = re.compile(r"(\d{4}-\d{2}-\d{2})[T_ ](\d{2})[-:](\d{2})[-:](\d{2})(Z)?")
 
 
@@ -124,12 +125,21 @@ def _framebuffer(src: InputFile, ctx: ParseContext, fb: dict[tuple, dict[str, An
         if used is None:
             continue
         parts = [v.get(k) for k in ("fb_used_mib", "fb_free_mib", "fb_reserved_mib")]
-        total = int(sum(p for p in parts if p is not None)) << 20 if v.get("fb_free_mib") is not None else None
+        total = _mib(sum(p for p in parts if p is not None)) if v.get("fb_free_mib") is not None else None
+        used_bytes = _mib(used)
+        if used_bytes is None:
+            continue
         yield ctx.evidence(src, v["line"], Kind.GPU_MEMORY,
-                           f"DCGM framebuffer GPU {gpu}{' on ' + host if host else ''}: {int(used)} MiB used",
-                           time=when, source="dcgm", used_bytes=int(used) << 20, total_bytes=total,
-                           free_bytes=int(v["fb_free_mib"]) << 20 if v.get("fb_free_mib") is not None else None,
+                           f"DCGM framebuffer GPU {gpu}{' on ' + host if host else ''}: {used_bytes >> 20} MiB used",
+                           time=when, source="dcgm", used_bytes=used_bytes, total_bytes=total,
+                           free_bytes=_mib(v["fb_free_mib"]) if v.get("fb_free_mib") is not None else None,
                            gpu=gpu, uuid=uuid, host=host, name=v["labels"].get("modelName"))
+
+
+def _mib(value: float) -> int | None:
+    """MiB (DCGM's unit, a whole number) -> bytes."""
+    count = byte_count(value)
+    return count << 20 if count is not None else None
 
 
 def sample_records(src: InputFile, ctx: ParseContext, line: str, lineno: int, when: datetime | None) -> list[Evidence]:
@@ -147,6 +157,8 @@ def _records(src: InputFile, ctx: ParseContext, name: str, labels: dict[str, str
     concept = CONCEPTS.get(name)
     if concept is None:
         return
+    if finite_float(value) is None:
+        return          # NaN / ±Inf (valid exposition, but no reading); noted as dropped
     t = when
     if stamp is not None:
         try:
@@ -159,9 +171,10 @@ def _records(src: InputFile, ctx: ParseContext, name: str, labels: dict[str, str
     if concept == "prefix_cache_hit_rate" and value < 0:
         fields["disabled"] = True
     yield ctx.evidence(src, line, Kind.METRIC, text, time=t, **fields)
-    if concept == "xid_last" and value and value > 0:
-        yield ctx.evidence(src, line, Kind.XID, f"DCGM last Xid {int(value)} on GPU {labels.get('gpu')}", time=t,
-                           code=int(value), pci=labels.get("pci_bus_id"), detail="reported by dcgm-exporter")
+    code = whole(value) if concept == "xid_last" else None
+    if code is not None and code > 0:
+        yield ctx.evidence(src, line, Kind.XID, f"DCGM last Xid {code} on GPU {labels.get('gpu')}", time=t,
+                           code=code, pci=labels.get("pci_bus_id"), detail="reported by dcgm-exporter")
 
 
 def scrape_time(src: InputFile) -> datetime | None:

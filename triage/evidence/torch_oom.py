@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..units import size_from
+from ..units import size_from, whole
 
-_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|[KMGT]iB|[KMGT]B)"
+_SIZE = r"(?<!\d)(\d+(?:\.\d+)?)\s*(bytes|[KMGT]iB|[KMGT]B)"
 
 OOM_START = re.compile(r"(?:(?:CUDA|XPU|HIP|MPS)\s+)?[Oo]ut of memory\.\s*Tried to allocate\s+" + _SIZE)
 _GPU = re.compile(r"GPU\s+(\d+)")
@@ -55,14 +55,13 @@ def parse_torch_oom(text: str) -> dict[str, Any] | None:
     }
     gpu = _GPU.search(body)
     if gpu:
-        fields["device"] = int(gpu.group(1))
+        fields["device"] = whole(gpu.group(1))
     cap = _CAPACITY.search(body)
     if cap:
         fields["capacity_bytes"] = _size(cap, 1)
         fields["free_bytes"] = _size(cap, 3)
-    fields["other_processes"] = [
-        {"pid": int(p.group(1)), "bytes": size_from(p.group(2), p.group(3))} for p in _PROCESS.finditer(body)
-    ]
+    others = ({"pid": whole(p.group(1)), "bytes": size_from(p.group(2), p.group(3))} for p in _PROCESS.finditer(body))
+    fields["other_processes"] = [p for p in others if p["pid"] is not None and p["bytes"] is not None]
     fields["self_bytes"] = _size(_SELF.search(body))
     fields["allowed_bytes"] = _size(_ALLOWED.search(body))
     fields["allocated_bytes"] = _size(_BY_TORCH.search(body))

@@ -8,12 +8,17 @@
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 from ..model import EvidenceSet, OomClass, Step, Verdict
+from ..thresholds import MIN_CONFIDENCE, SPECIFIC_WINS
 from . import burst, chronic, gpu_or_not, no_oom, not_gpu_oom, phase, prefix_cache, startup, unknown
 from .base import Assessment
 from .context import Context
 
-#: One module per verdict class, in the order the flowchart reaches them.
+#: One module per verdict class: the walk below calls the module registered for each class, so
+#: a class's rules live in (and are replaced by) its module alone. Runtime classes declare a
+#: RUNTIME_RANK: they compete for an OOM that happened while serving, lower rank first on ties.
 CLASS_MODULES = {
     OomClass.NOT_GPU_OOM: not_gpu_oom,
     OomClass.NO_OOM: no_oom,
@@ -23,37 +28,44 @@ CLASS_MODULES = {
     OomClass.BURST: burst,
     OomClass.UNKNOWN: unknown,
 }
-RUNTIME_ORDER = (prefix_cache, chronic, burst)    # ties go to the more specific class
-MIN_CONFIDENCE = 0.4                              # below this, say unknown
-SPECIFIC_WINS = 0.6                               # a prefix-cache/chronic finding this strong beats burst
+Registry = Mapping[OomClass, object]
 
 
-def walk(ev: EvidenceSet) -> tuple[Assessment, list[Step], Context]:
+def runtime_modules(registry: Registry = CLASS_MODULES) -> list:
+    """The registered classes that compete for a runtime OOM, in tie-break order."""
+    found = [m for m in registry.values() if getattr(m, "RUNTIME_RANK", None) is not None]
+    return sorted(found, key=lambda m: m.RUNTIME_RANK)
+
+
+def walk(ev: EvidenceSet, registry: Registry = CLASS_MODULES) -> tuple[Assessment, list[Step], Context]:
+    reg = registry
     ctx = Context(ev)
     steps: list[Step] = []
     gpu = gpu_or_not.assess(ctx)
     steps.append(Step(gpu_or_not.QUESTION, _yes_no(gpu.answer), gpu.why, tuple(gpu.evidence)))
     if gpu.answer == "no":
-        return not_gpu_oom.assess(ctx, gpu), steps, ctx
+        return reg[OomClass.NOT_GPU_OOM].assess(ctx, gpu), steps, ctx
     if gpu.answer == "no_failure":
         # Memory climbing with no OOM yet is still a chronic finding worth reporting.
-        growth = chronic.assess(ctx, phase.PhaseAnswer("unknown", "", 0.0))
+        growth = reg[OomClass.CHRONIC].assess(ctx, phase.PhaseAnswer("unknown", "", 0.0))
         if growth.supported and growth.confidence >= 0.5:
             steps.append(Step("Is GPU memory growing over time?", "yes", growth.causes[0].title,
                               tuple(growth.evidence)))
             return growth, steps, ctx
-        thrash = prefix_cache.stall(ctx)
+        stall = getattr(reg[OomClass.PREFIX_CACHE], "stall", None)
+        thrash = stall(ctx) if stall is not None else None
         if thrash is not None:
             steps.append(Step("Is the prefix cache starving live requests?", "yes", thrash.why, tuple(thrash.evidence)))
             return thrash, steps, ctx
-        healthy = no_oom.assess(ctx)
+        healthy = reg[OomClass.NO_OOM].assess(ctx)
         if healthy.supported:
             steps.append(Step("Does the evidence show a working server?", "yes", healthy.why, tuple(healthy.evidence)))
             return healthy, steps, ctx
         steps.append(Step("Does the evidence show a working server?", "unknown", healthy.why))
-        return unknown.assess(ctx, "no failure and no recognisable server activity in the evidence"), steps, ctx
+        return reg[OomClass.UNKNOWN].assess(ctx, "no failure and no recognisable server activity in the evidence"), \
+            steps, ctx
     if gpu.answer == "unclear":
-        return unknown.assess(ctx, gpu.why, gpu.evidence), steps, ctx
+        return reg[OomClass.UNKNOWN].assess(ctx, gpu.why, gpu.evidence), steps, ctx
 
     anchor = ctx.primary
     assert anchor is not None
@@ -61,8 +73,8 @@ def walk(ev: EvidenceSet) -> tuple[Assessment, list[Step], Context]:
     steps.append(Step(phase.QUESTION, {"startup": "yes", "runtime": "no"}.get(ph.phase, "unknown"), ph.why,
                       tuple(ph.evidence)))
     if ph.phase == "startup":
-        return startup.assess(ctx, ph), steps, ctx
-    candidates = [m.assess(ctx, ph) for m in RUNTIME_ORDER]
+        return reg[OomClass.STARTUP].assess(ctx, ph), steps, ctx
+    candidates = [m.assess(ctx, ph) for m in runtime_modules(reg)]
     for cand in candidates:
         question = f"Does the evidence fit a {cand.oom_class.value.replace('_', '-')} OOM?"
         steps.append(Step(question, "yes" if cand.confidence >= MIN_CONFIDENCE else "no",
@@ -79,7 +91,7 @@ def walk(ev: EvidenceSet) -> tuple[Assessment, list[Step], Context]:
         why = ("a GPU OOM, but " + ph.why) if ph.phase == "unknown" else \
               "a GPU OOM while serving, with nothing that tells burst, chronic or prefix-cache apart"
         attach = [a for c in candidates for a in c.attach]
-        return unknown.assess(ctx, why, [anchor], attach), steps, ctx
+        return reg[OomClass.UNKNOWN].assess(ctx, why, [anchor], attach), steps, ctx
     return best, steps, ctx
 
 
@@ -87,12 +99,11 @@ def _yes_no(answer: str) -> str:
     return {"yes": "yes", "no": "no", "no_failure": "no failure", "unclear": "unknown"}[answer]
 
 
-def classify(ev: EvidenceSet) -> Verdict:
-    """Evidence in, verdict out (with advice and facts)."""
-    from ..advice import advise
+def decide(ev: EvidenceSet, registry: Registry = CLASS_MODULES) -> tuple[Verdict, Context]:
+    """Evidence in, verdict out (with facts, without advice), and the context the walk built."""
     from .facts import collect_facts
 
-    result, steps, ctx = walk(ev)
+    result, steps, ctx = walk(ev, registry)
     verdict = Verdict(
         oom_class=result.oom_class,
         confidence=result.confidence,
@@ -103,5 +114,11 @@ def classify(ev: EvidenceSet) -> Verdict:
         attach=list(dict.fromkeys(result.attach)),
         facts=collect_facts(ctx),
     )
-    advise(verdict, ctx)
-    return verdict
+    return verdict, ctx
+
+
+def classify(ev: EvidenceSet) -> Verdict:
+    """The flowchart's verdict followed by the advice for it (triage.api.classify_evidence)."""
+    from ..api import classify_evidence
+
+    return classify_evidence(ev)

@@ -1,29 +1,38 @@
 """Runtime burst OOM: a healthy server overwhelmed by a spike (long prompts, many prefills).
 
-**Signature**: an OOM while serving, with KV-cache usage near 100%, a waiting queue growing,
-preemptions, and an allocator message whose "reserved but unallocated" is small (the memory was
-really in use, not fragmented).
-**Not to be confused with**: chronic fragmentation (large reserved-but-unallocated after long
-uptime) and prefix-cache OOM (low hit rate, cached blocks crowding out live KV).
+**Signature**: a GPU OOM while serving — serving-loop frames, a failed step or request, requests
+or stats before it, or the engine's own runtime wording (SGLang's prefill/decode pool OOM and an
+unrecovered retraction, TGI's Prefill/Decode errors, TensorRT-LLM's forward error) — that
+nothing ties to chronic or prefix-cache. It is the default runtime class; its confidence says how
+much load evidence there was: KV-cache usage near 100%, a waiting queue growing, preemptions, one
+oversized allocation, an allocator message showing the memory really in use.
+**Not to be confused with**: chronic fragmentation (reserved-but-unallocated at least the failed
+request and a real share of the card) and prefix-cache OOM (low hit rate, cached blocks crowding
+out live KV). A quiet server before the OOM, prefix caching that cannot be judged, a borderline
+allocator reading, or an engine merely reported dead keep it from being named (`unknown`).
 **Recovery**: runbooks/burst.yaml
 """
 from __future__ import annotations
 
 from ..evidence.kinds import Kind
 from ..model import Cause, Evidence, OomClass
+from ..thresholds import KV_BUSY, KV_HIGH, OVERSIZED_SHARE, QUIET_KV
 from ..units import format_bytes
+from . import allocator
 from .base import Assessment, pct
 from .causes import detect
-from .knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opted_in
+from .knowledge import prefix_cache_unjudged, prefix_caching_enabled
 from .context import Context
 from .phase import PhaseAnswer
 from .prefix_cache import low_hit_rate
 
 CLASS = OomClass.BURST
-KV_HIGH = 0.90
-KV_BUSY = 0.80               # with requests queued behind it, the cache was the bottleneck
-SMALL_UNALLOCATED = 512 << 20
-OVERSIZED_SHARE = 0.10       # a single failed allocation this share of the card
+RUNTIME_RANK = 2               # the generic runtime class: loses ties
+# Confidence of a runtime OOM named burst by default (nothing supports another class): it says
+# how much load evidence there was, and stays below a confident answer when there was none.
+DEFAULT_STRONG_PHASE = 0.48  # the serving loop's frames or the engine's own runtime wording
+DEFAULT_WEAK_PHASE = 0.44    # served before, but nothing about the load at the time
+UNSURE = 0.35                # something else explains it as well as a spike does: not named
 
 
 def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list[Evidence]]:
@@ -74,19 +83,32 @@ def _saturated(fields) -> bool:
 
 def quiet_before(ctx: Context, anchor: Evidence | None) -> str | None:
     """The last stats line before the failure, if it shows an idle-ish server (KV < 50%, no queue)."""
-    stats = [s for s in ctx.last_before(Kind.STATS.value, anchor) if s.fields.get("kv_usage") is not None]
+    stats = [s for s in ctx.last_before(Kind.STATS.value, anchor)
+             if s.fields.get("kv_usage") is not None or s.fields.get("request_share") is not None]
     if not stats:
         return None
     last = stats[-1].fields
-    if last["kv_usage"] < 0.5 and not last.get("waiting"):
-        return f"KV usage {pct(last['kv_usage'])}, nothing waiting"
+    if last.get("kv_usage") is not None:
+        if last["kv_usage"] < QUIET_KV and not last.get("waiting"):
+            return f"KV usage {pct(last['kv_usage'])}, nothing waiting"
+        return None
+    if last["request_share"] < QUIET_KV:
+        # The request being served when it failed used a small part of its context window.
+        return f"the request being served needed {pct(last['request_share'])} of its context window"
     return None
 
 
 def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
+    """A GPU OOM while serving is a burst unless the evidence says otherwise (the chronic and
+    prefix-cache modules speak for "otherwise"). The confidence says how much load evidence
+    there was: stats/metrics showing pressure, an oversized allocation, or allocator numbers
+    showing the memory was really in use. With none of those it is still named, below 0.5,
+    with what to attach to confirm it."""
     oom = ctx.primary
     if oom is None or phase.phase == "startup":
         return Assessment(CLASS, 0.0, "", "it did not fail while serving")
+    if oom.kind == Kind.POOL_LEAK.value:
+        return Assessment(CLASS, 0.0, "", "the engine's leak check failed: accounting drift, not load")
     notes, used = load_signals(ctx, oom)
     tried, capacity = oom.fields.get("tried_bytes"), oom.fields.get("capacity_bytes")
     if phase.phase == "runtime" and tried and capacity and tried >= OVERSIZED_SHARE * capacity:
@@ -94,43 +116,51 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         notes.append(f"one allocation of {format_bytes(tried)} ({tried / capacity:.0%} of the card): an oversized request")
         used.append(oom)
     causes: list[Cause] = []
-    unalloc = oom.fields.get("reserved_unallocated_bytes")
-    tried = oom.fields.get("tried_bytes")
     confidence = 0.0
     if notes:
         causes.append(Cause("long_prompt_burst", "Load spike or oversized request: " + "; ".join(notes), tuple(used)))
         confidence = 0.6 + 0.1 * len(notes)
-    small = unalloc is not None and (unalloc < SMALL_UNALLOCATED or (tried and unalloc < 0.5 * tried))
-    quiet = quiet_before(ctx, oom)
+    alloc = allocator.reading(oom)
     if phase.phase == "unknown" and not causes:
-        # Without a phase, only load signals point at a burst; small unallocated memory merely
-        # rules out fragmentation.
+        # Without a phase, only load signals point at a burst; the allocator's numbers merely
+        # rule fragmentation in or out.
         return Assessment(CLASS, 0.0, "", "nothing shows it was serving under load",
                           attach=["the log lines before the OOM (start-up lines, or requests/stats showing load)"])
-    if small:
-        notes.append(f"only {format_bytes(unalloc)} reserved-but-unallocated: the memory was in use, not fragmented")
-        confidence = max(confidence, 0.6) + (0.05 if causes else 0)
-    ambiguous = unalloc is not None and not small
+    unsure: list[str] = []
+    if phase.phase == "runtime" and not phase.request_work and not causes:
+        # The engine was running, but nothing ties the failure to request work or load: the
+        # allocator's numbers alone rule fragmentation out, not in a spike.
+        unsure.append("nothing ties the failure to requests being served (only that the engine had started)")
+    if alloc is not None and alloc.borderline:
+        unsure.append(alloc.describe())
+    elif alloc is not None and not alloc.fragmented:
+        notes.append(alloc.describe())
+        if not _cache_thrashing(ctx, oom):
+            # Memory in use rules fragmentation out; with a thrashing prefix cache, cached blocks are
+            # memory in use too, so the reading does not tell a spike from the cache.
+            confidence = max(confidence, 0.6) + (0.05 if causes else 0)
+        elif not causes:
+            confidence = DEFAULT_STRONG_PHASE if phase.strength >= 0.75 else DEFAULT_WEAK_PHASE
     if not notes:
-        # A runtime OOM with nothing else is most often a spike; but allocator numbers that
-        # neither show fragmentation nor rule it out leave it open.
-        confidence = 0.35 if ambiguous else 0.5
-    if not causes and prefix_caching_opted_in(ctx) and not has_hit_rate(ctx):
-        confidence -= 0.25    # a cache the operator turned on explains full memory as well as a spike does
-        notes.append("prefix caching is on and its hit rate is not in the evidence")
+        confidence = DEFAULT_STRONG_PHASE if phase.strength >= 0.75 else DEFAULT_WEAK_PHASE
+    if not any(c.id == "long_prompt_burst" for c in causes) and prefix_cache_unjudged(ctx):
+        unsure.append("prefix caching is on and its hit rate is not in the evidence")
+    quiet = quiet_before(ctx, oom)
+    if quiet is not None and not any(c.id == "long_prompt_burst" for c in causes):
+        unsure.append(f"the last stats before it show little load ({quiet})")
+    if unsure and not any(c.id == "long_prompt_burst" for c in causes):
+        # Another explanation fits as well as a spike and no load evidence tips it: not named.
+        confidence = min(confidence, UNSURE)
+    notes += ["but " + u for u in unsure]
     if phase.phase == "unknown":
         confidence -= 0.1
-    if quiet is not None and not causes:
-        # The last reading before the OOM shows a quiet server: a spike is not what the evidence says.
-        confidence -= 0.25
-        notes.append(f"but the last stats before it show little load ({quiet})")
     causes += detect(ctx, "concurrency_misjudged", "accounting_discrepancy", "known_engine_bug", oom_class=CLASS.value)
     confidence = min(0.95, confidence)
     attach = [] if len(notes) >= 2 and confidence >= 0.6 else [
         "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]
-    if "prefix caching is on and its hit rate is not in the evidence" in notes:
+    if any("prefix caching is on" in u for u in unsure):
         attach.append("the prefix-cache hit rate (stats lines or vllm:prefix_cache_hits/queries)")
-    if ambiguous and not causes:
+    if (alloc is None and oom.kind == Kind.TORCH_OOM.value) or (alloc is not None and alloc.borderline):
         attach.append("torch.cuda.memory_stats() or memory_summary() at the OOM (fragmentation or not)")
     summary = "Runtime burst OOM while serving" + (f": {'; '.join(notes)}" if notes else
                                                    " (no load or allocator signals to confirm it)")

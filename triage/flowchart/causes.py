@@ -10,12 +10,15 @@ from typing import Callable
 from ..evidence.kinds import Kind
 from ..model import Cause, Evidence
 from ..units import format_bytes
+from ..budget import engine_budget as _budget
+from ..thresholds import (CONCURRENCY_CAP_SHARE, DISCREPANCY, OTHER_PROCESS_SHARE, OVERSHOOT_FREE_SHARE,
+                          UTIL_NO_HEADROOM)
 from . import knowledge
 from .context import Context
 
 Detector = Callable[[Context], "Cause | None"]
 
-DISCREPANCY_THRESHOLD = 0.03      # NVML/nvidia-smi used share above the engine's own figure
+DISCREPANCY_THRESHOLD = DISCREPANCY
 GiB = 1 << 30
 
 
@@ -59,12 +62,12 @@ def config_overshoot(ctx: Context) -> Cause | None:
     rec = ctx.ev.first(Kind.FREE_MEMORY_LOW)
     if rec and rec.fields.get("free_bytes") and rec.fields.get("total_bytes"):
         free_share = rec.fields["free_bytes"] / rec.fields["total_bytes"]
-        if free_share >= 0.80:   # nothing big holds the GPU: the target itself is too high
+        if free_share >= OVERSHOOT_FREE_SHARE:   # nothing big holds the GPU: the target itself is too high
             return Cause("config_overshoot", "Configuration overshoot: gpu_memory_utilization above what is free",
                          (rec,), f"{rec.fields['gpu_memory_utilization']} of {format_bytes(rec.fields['total_bytes'])} "
                                  f"requested, {format_bytes(rec.fields['free_bytes'])} free at start-up")
     util = ctx.arg("gpu_memory_utilization")
-    if isinstance(util, (int, float)) and util >= 0.95 and ctx.primary is not None:
+    if isinstance(util, (int, float)) and util >= UTIL_NO_HEADROOM and ctx.primary is not None:
         return Cause("config_overshoot", "Configuration overshoot: gpu_memory_utilization leaves no headroom",
                      tuple(ctx.launch[:1]), f"gpu_memory_utilization={util} leaves under 5% for the CUDA context, "
                                             "NCCL, sidecars and activation spikes")
@@ -76,7 +79,7 @@ def other_processes(ctx: Context) -> Cause | None:
     rec = ctx.ev.first(Kind.FREE_MEMORY_LOW)
     if rec and rec.fields.get("free_bytes") and rec.fields.get("total_bytes"):
         held = rec.fields["total_bytes"] - rec.fields["free_bytes"]
-        if held / rec.fields["total_bytes"] >= 0.20:
+        if held / rec.fields["total_bytes"] >= OTHER_PROCESS_SHARE:
             return Cause("other_processes", "Other processes hold GPU memory", (rec,),
                          f"{format_bytes(held)} of {format_bytes(rec.fields['total_bytes'])} was in use before the "
                          "engine started")
@@ -136,7 +139,7 @@ def concurrency_misjudged(ctx: Context) -> Cause | None:
     stats = ctx.last_before(Kind.STATS.value, ctx.primary)
     if isinstance(max_seqs, int) and stats:
         running = max((s.fields.get("running") or 0) for s in stats[-5:])
-        if running and running >= 0.9 * max_seqs and max_seqs >= 128:
+        if running and running >= CONCURRENCY_CAP_SHARE * max_seqs and max_seqs >= 128:
             return Cause("concurrency_misjudged", "Concurrency misjudged: running requests hit max_num_seqs",
                          tuple(stats[-1:]), f"{int(running)} requests running with max_num_seqs={max_seqs}")
     return None
@@ -166,18 +169,8 @@ def accounting_discrepancy(ctx: Context) -> Cause | None:
 
 
 def engine_budget(ctx: Context) -> tuple[float, Evidence | None] | None:
-    """gpu_memory_utilization and the record that states it."""
-    util = ctx.arg("gpu_memory_utilization")
-    try:
-        value = float(util)
-    except (TypeError, ValueError):
-        return None
-    if not 0 < value <= 1:
-        return None
-    source = next((r for r in reversed(ctx.launch) if "gpu_memory_utilization" in (r.fields.get("args") or {})), None)
-    if source is None:
-        source = next((m for m in ctx.ev.of(Kind.METRIC) if m.fields.get("name") == "cache_config"), None)
-    return value, source
+    """gpu_memory_utilization and the record that states it (triage.budget: one reading for all)."""
+    return _budget(ctx.ev)
 
 
 def actual_usage(ctx: Context) -> tuple[float, Evidence] | None:

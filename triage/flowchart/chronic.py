@@ -15,35 +15,24 @@ from __future__ import annotations
 
 from ..evidence.kinds import Kind
 from ..model import Cause, Evidence, OomClass
+from ..thresholds import FRAG_MIN_BYTES, FRAG_SHARE, LEAK_MIN_RISE, LEAK_MIN_SPAN_S, LONG_UPTIME_S
 from ..units import format_bytes
+from . import allocator
 from .base import Assessment
+from .causes import detect
 from .context import Context
 from .phase import PhaseAnswer
-from .causes import detect
 
 CLASS = OomClass.CHRONIC
-FRAG_MIN_BYTES = 1 << 30
-FRAG_MIN_SHARE = 0.03        # of the card: below this, reserved-but-unallocated is allocator slack
-FRAG_SHARE = 0.30            # memory_stats fragmentation ratio worth naming
-LEAK_MIN_RISE = 0.05         # of the card, over the readings
-LONG_UPTIME_S = 6 * 3600
-LEAK_MIN_SPAN_S = 3600
+RUNTIME_RANK = 1
 
 
 def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
-    if oom is not None and oom.kind == Kind.TORCH_OOM.value:
-        unalloc = oom.fields.get("reserved_unallocated_bytes")
-        tried = oom.fields.get("tried_bytes") or 0
-        alloc = oom.fields.get("allocated_bytes")
-        capacity = oom.fields.get("capacity_bytes") or 0
-        big_enough = unalloc is not None and unalloc >= FRAG_MIN_BYTES and (not capacity or unalloc >= FRAG_MIN_SHARE * capacity)
-        if big_enough and unalloc >= tried:
-            reserved = (alloc or 0) + unalloc
-            ratio = unalloc / reserved if reserved else None
-            return Cause("allocator_fragmentation",
-                         f"Allocator fragmentation: {format_bytes(unalloc)} reserved but unallocated, more than the "
-                         f"{format_bytes(tried)} that failed", (oom,),
-                         f"fragmentation = reserved-but-unallocated / reserved = {ratio:.0%}" if ratio else "")
+    alloc = allocator.reading(oom) if oom is not None and oom.kind == Kind.TORCH_OOM.value else None
+    if alloc is not None and alloc.fragmented:
+        ratio = alloc.ratio
+        return Cause("allocator_fragmentation", "Allocator fragmentation: " + alloc.describe(), (oom,),
+                     f"fragmentation = reserved-but-unallocated / reserved = {ratio:.0%}" if ratio else "")
     for rec in ctx.ev.of(Kind.MEMORY_STATS):
         f = rec.fields
         reserved = f.get("reserved_bytes") or 0
@@ -57,6 +46,17 @@ def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
                          f"fragmentation = inactive_split_bytes / reserved_bytes = {inactive / reserved:.0%}"
                          + (f"; {f.get('num_alloc_retries')} cudaMalloc retries" if f.get("num_alloc_retries") else ""))
     return None
+
+
+def engine_leak_check(ctx: Context) -> Cause | None:
+    """The engine's own accounting check found KV-pool memory that nothing holds (SGLang checks
+    between batches that every slot is free or cached): drift that only grows, a leak by the
+    engine's own measure. Restart or upgrade; flags do not fix it."""
+    rec = ctx.ev.first(Kind.POOL_LEAK)
+    if rec is None:
+        return None
+    return Cause("memory_leak", "Memory leak: the engine's own KV-pool leak check failed", (rec,),
+                 "the pool's free + cached slots no longer add up to its size while idle")
 
 
 def leak(ctx: Context, oom: Evidence | None) -> Cause | None:
@@ -110,7 +110,7 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     oom = ctx.primary
     if phase.phase == "startup":
         return Assessment(CLASS, 0.0, "", "it failed during start-up, not after long running")
-    causes = [c for c in (fragmentation(ctx, oom), leak(ctx, oom)) if c]
+    causes = [c for c in (engine_leak_check(ctx), fragmentation(ctx, oom), leak(ctx, oom)) if c]
     uptime = phase.uptime_s
     long_run = uptime is not None and uptime >= LONG_UPTIME_S
     if not causes:

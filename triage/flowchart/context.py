@@ -17,7 +17,11 @@ from ..model import Evidence, EvidenceSet
 _ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
                  "server_args": 2, "engine config": 1}
 _FAILURE_TEXT_KINDS = {Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED,
-                       Kind.EXCEPTION, Kind.TRACEBACK}
+                       Kind.EXCEPTION, Kind.TRACEBACK, Kind.STEP_FAILED}
+# The engine's name as its own records state it, most direct first.
+_ENGINE_KINDS = (Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STATS, Kind.KV_POOL_OOM, Kind.WARMUP_OOM,
+                 Kind.KV_CAPACITY, Kind.POOL_LEAK, Kind.PREEMPTION, Kind.STARTUP_STEP, Kind.CUDA_OOM, Kind.STEP_FAILED,
+                 Kind.REQUEST_FAILED, Kind.REQUEST_SERVED, Kind.ENGINE_START_FAILED, Kind.NO_CACHE_BLOCKS)
 _NEAR_LINES = 400
 
 
@@ -34,7 +38,15 @@ class Context:
 
     @cached_property
     def not_gpu(self) -> list[Evidence]:
-        return _ordered(self.ev.of(*NOT_GPU_KINDS))
+        return _ordered([e for e in self.ev.of(*NOT_GPU_KINDS) if not self._engine_teardown(e)])
+
+    def _engine_teardown(self, rec: Evidence) -> bool:
+        """A shell's bare "Killed" after the engine reported a failed child is the engine's own
+        teardown (SGLang kills its process group when a child fails), not the host OOM killer."""
+        if rec.kind != Kind.CHILD_KILLED.value or rec.fields.get("process") != "shell":
+            return False
+        return any(d.source == rec.source and d.seq < rec.seq and "child" in str(d.fields.get("signal", ""))
+                   for d in self.ev.of(Kind.PROCESS_DIED))
 
     @cached_property
     def other_failures(self) -> list[Evidence]:
@@ -113,14 +125,16 @@ class Context:
 
     @cached_property
     def engine(self) -> str:
-        for rec in self.ev.of(Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STATS, Kind.KV_POOL_OOM, Kind.WARMUP_OOM):
-            engine = rec.fields.get("engine")
-            if engine:
-                return str(engine)
+        for kind in _ENGINE_KINDS:
+            for rec in self.ev.of(kind):
+                engine = rec.fields.get("engine")
+                if engine:
+                    return str(engine)
         paths = " ".join(f[0] for tb in self.ev.of(Kind.TRACEBACK) for f in tb.fields.get("frames", []))
-        for name in ("sglang", "vllm", "text_generation_server", "lmdeploy"):
+        for name, engine in (("sglang", "sglang"), ("vllm", "vllm"), ("text_generation_server", "tgi"),
+                             ("lmdeploy", "lmdeploy"), ("tensorrt_llm", "trtllm"), ("xinference", "xinference")):
             if f"/{name}/" in paths:
-                return "tgi" if name == "text_generation_server" else name
+                return engine
         if self.ev.has(Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.KV_CACHE_INSUFFICIENT, Kind.ENGINE_DEAD,
                        Kind.ENGINE_START_FAILED, Kind.PREEMPTION):
             return "vllm"

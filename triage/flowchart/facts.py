@@ -9,13 +9,18 @@ from .causes import kv_tokens
 from .context import Context
 from .knowledge import prefix_caching_enabled
 
+SCHEMA_ENGINES = ("vllm", "sglang", "tgi", "lmdeploy", "unknown")
 _ARG_FACTS = ("model", "max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
               "tensor_parallel_size", "enable_prefix_caching", "enforce_eager", "block_size", "kv_cache_dtype",
               "quantization", "mem_fraction_static", "max_running_requests", "max_batch_prefill_tokens")
 
 
 def collect_facts(ctx: Context) -> dict[str, Any]:
-    facts: dict[str, Any] = {"engine": ctx.engine, "engine_version": ctx.version, "engine_mode": ctx.engine_mode}
+    # facts.engine keeps the schema's vocabulary; other engines are named in engine_name.
+    engine = ctx.engine if ctx.engine in SCHEMA_ENGINES else "unknown"
+    facts: dict[str, Any] = {"engine": engine, "engine_version": ctx.version, "engine_mode": ctx.engine_mode}
+    if engine != ctx.engine:
+        facts["engine_name"] = ctx.engine
     if ctx.gpu_total_bytes:
         facts["gpu_total_bytes"] = ctx.gpu_total_bytes
     launch = {k: ctx.args[k] for k in _ARG_FACTS if ctx.args.get(k) not in (None, "None")}

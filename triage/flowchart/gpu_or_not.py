@@ -1,10 +1,13 @@
 """Question 1: was this a GPU memory exhaustion at all?
 
-Host OOM kills (kernel, cgroup, Kubernetes OOMKilled/137, a child killed by SIGKILL), Xid
-faults, ECC errors, illegal memory accesses and NCCL failures look like "the server died of
-memory" on a dashboard but need a different response. A real GPU OOM (the allocator's message,
-a CUDA out-of-memory error, vLLM's start-up memory checks) is never dismissed as one of those:
-when both appear, only a hardware fault or host kill *before* the GPU OOM takes precedence.
+Host OOM kills (kernel, cgroup, Kubernetes OOMKilled/137, a child or shard killed by SIGKILL, a
+bare `Killed` from the shell), host allocation failures (Ray's memory monitor, swap space, pinned
+or mmap'd host memory, a host KV tier), Xid faults, ECC errors, illegal memory accesses, NCCL
+failures and software faults (panics, watchdog and health-check timeouts) look like "the server
+died of memory" on a dashboard but need a different response. A real GPU OOM (the allocator's
+message, a CUDA out-of-memory error, the engines' start-up checks and their own runtime pool
+OOMs) is never dismissed as one of those: when both appear, only a hardware fault or host kill
+*before* the GPU OOM takes precedence.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 
 # Signals that follow a GPU OOM as its consequences (teardown, peers timing out).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value,
-                 Kind.SETUP_ERROR.value}
+                 Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value}
 _CONSEQUENCE_XIDS = {13, 31, 43, 45}
 # Informational Xids (a row remap recorded, a high single-bit ECC rate): worth a look, never a crash cause.
 _INFORMATIONAL_XIDS = {63, 92}
@@ -55,6 +58,12 @@ def assess(ctx: Context) -> GpuAnswer:
     if not_gpu:
         return GpuAnswer("no", f"{_label(not_gpu[0])}, and no GPU out-of-memory message anywhere",
                          not_gpu[:4])
+    if not ctx.other_failures:
+        retraction = _unrecovered_retraction(ctx)
+        if retraction is not None:
+            ctx.derived_anchor = retraction
+            return GpuAnswer("yes", f"the engine ran out of KV-pool memory while serving and retracted requests "
+                                    f"({retraction.where}), and the log shows no batch served after it", [retraction])
     if ctx.other_failures:
         first = ctx.other_failures[0]
         derived = _derived_kv_failure(ctx)
@@ -68,7 +77,9 @@ def assess(ctx: Context) -> GpuAnswer:
     return GpuAnswer("no_failure", "no failure of any kind in the evidence")
 
 
-_HOST_BUFFER = re.compile(r"cpu_cache\b|num_cpu_blocks|_allocate_kv_cache\([^)]*[\"']cpu[\"']|pin_memory=True")
+# The argument scan stops at the next `_allocate_kv_cache(`: a line of many costs linear time.
+_HOST_BUFFER = re.compile(r"cpu_cache\b|num_cpu_blocks|_allocate_kv_cache\((?:(?!_allocate_kv_cache\()[^)])*[\"']cpu[\"']"
+                          r"|pin_memory=True")
 
 
 def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
@@ -80,6 +91,20 @@ def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
         if any(len(f) > 3 and _HOST_BUFFER.search(str(f[3])) for f in inner):
             return tb
     return None
+
+
+def _unrecovered_retraction(ctx: Context) -> Evidence | None:
+    """SGLang's decode "out of memory ... retract requests" that is the last thing its source logged.
+
+    A retraction followed by more batches is back-pressure the scheduler absorbed (no failure);
+    one after which the server logs no further batch is where serving stopped: the engine's own
+    runtime out-of-memory wording, and the incident."""
+    retracts = [e for e in ctx.ev.of(Kind.PREEMPTION) if e.fields.get("mode") == "retract"]
+    if not retracts:
+        return None
+    last = retracts[-1]
+    later = [s for s in ctx.ev.of(Kind.STATS, Kind.REQUEST_SERVED) if s.source == last.source and s.seq > last.seq]
+    return None if later else retracts[0]
 
 
 def _derived_kv_failure(ctx: Context) -> Evidence | None:
@@ -115,6 +140,9 @@ _LABELS = {
     "warmup_oom": "the start-up warm-up ran out of GPU memory",
     "load_model_oom": "loading the weights ran out of GPU memory",
     "kv_pool_oom": "the KV token pool could not fit the batch",
+    "pool_leak": "the engine's own KV-pool leak check failed",
+    "preemption": "the engine retracted requests: its KV pool ran out of memory",
+    "software_fault": "a software fault (a panic, or a process a watchdog or health check gave up on)",
     "host_oom_kill": "the kernel OOM killer killed a process (host RAM)",
     "oom_killed": "the container was OOMKilled (host RAM limit, exit 137)",
     "child_killed": "an engine/worker process was killed by SIGKILL (-9)",

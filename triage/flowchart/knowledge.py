@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..evidence.kinds import Kind
 from ..model import Evidence
+from ..units import whole
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "known_bugs.yaml"
 _MM_MODEL = re.compile(r"(?:vl\b|-vl-|vision|llava|pixtral|mllama|image|multimodal|-mm-|qwen2?\.?5?-?vl|internvl|minicpm-v)", re.I)
@@ -26,31 +27,82 @@ class Bug:
     source: str
 
 
+#: The conditions a bug entry may require, and what each needs after the colon (None: nothing).
+REQUIREMENTS: dict[str, str | None] = {
+    "multimodal": None,        # a multi-modal model or multi-modal limits in the launch arguments
+    "prefix_caching": None,    # prefix caching on
+    "long_context": "int",     # max_model_len (or the context length) at least N tokens
+    "concurrency": "int",      # max_num_seqs, or requests running in the stats, at least N
+}
+_KEYS = {"id", "engine", "title", "affected", "fixed_in", "requires", "classes", "effect", "source"}
+_CLASSES = {"startup", "burst", "chronic", "prefix_cache", "not_gpu_oom", "no_oom", "unknown"}
+
+
+class KnowledgeError(ValueError):
+    """An entry of known_bugs.yaml that would silently never match (or always match)."""
+
+
+def check_requirement(req: object, where: str) -> str:
+    """A `requires:` value, validated: a known condition, with an integer where it needs one."""
+    if not isinstance(req, str):
+        raise KnowledgeError(f"{where}: requirement {req!r} is not a string")
+    name, colon, arg = req.partition(":")
+    if name not in REQUIREMENTS:
+        raise KnowledgeError(f"{where}: unknown requirement {name!r} (one of {sorted(REQUIREMENTS)})")
+    needs = REQUIREMENTS[name]
+    if needs is None and colon:
+        raise KnowledgeError(f"{where}: requirement {name!r} takes no value")
+    if needs == "int":
+        if not arg.strip().isdigit():
+            raise KnowledgeError(f"{where}: requirement {name!r} needs a whole number, as in {name}:4096")
+    return req
+
+
 @lru_cache(maxsize=1)
 def load_bugs(path: Path = DATA) -> tuple[Bug, ...]:
+    """The entries, each checked on load: a typo in a condition, a class or a version range raises
+    instead of disabling the entry."""
     import yaml  # lazily: only verdicts that reach this check pay for it
 
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
     bugs = []
     for i, item in enumerate(raw):
-        unknown = set(item) - {"id", "engine", "title", "affected", "fixed_in", "requires", "classes", "effect", "source"}
+        where = f"{path.name}[{i}] ({item.get('id', '?') if isinstance(item, dict) else '?'})"
+        if not isinstance(item, dict):
+            raise KnowledgeError(f"{where}: not a mapping")
+        unknown = set(item) - _KEYS
         if unknown:
-            raise ValueError(f"{path.name}[{i}]: unknown key(s) {sorted(unknown)}")
+            raise KnowledgeError(f"{where}: unknown key(s) {sorted(unknown)}")
+        missing = {"id", "engine", "title", "affected"} - set(item)
+        if missing:
+            raise KnowledgeError(f"{where}: missing key(s) {sorted(missing)}")
+        requires = tuple(check_requirement(r, where) for r in item.get("requires") or [])
+        classes = tuple(item.get("classes") or [])
+        bad = [c for c in classes if c not in _CLASSES]
+        if bad:
+            raise KnowledgeError(f"{where}: unknown class(es) {bad}")
+        if not _valid_range(str(item["affected"])):
+            raise KnowledgeError(f"{where}: affected {item['affected']!r} is not a version range like '>=0.6.0,<0.7.1'")
         bugs.append(Bug(item["id"], item["engine"], item["title"], str(item["affected"]),
-                        str(item["fixed_in"]) if item.get("fixed_in") else None, tuple(item.get("requires", [])),
-                        tuple(item.get("classes", [])), item.get("effect", ""), item.get("source", "")))
+                        str(item["fixed_in"]) if item.get("fixed_in") else None, requires, classes,
+                        item.get("effect", ""), item.get("source", "")))
     return tuple(bugs)
+
+
+def _valid_range(spec: str) -> bool:
+    return all(re.match(r"^\s*(>=|<=|==|>|<)\s*[\w.]+\s*$", part) for part in spec.split(","))
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
     nums = re.findall(r"\d+", text.split("+")[0])
-    return tuple(int(n) for n in nums[:3]) + (0,) * (3 - min(3, len(nums)))
+    # whole(): a logged "version" of 4,301 digits is damage, not a version (int() would refuse it)
+    return tuple(whole(n) or 0 for n in nums[:3]) + (0,) * (3 - min(3, len(nums)))
 
 
 def in_range(version: str, spec: str) -> bool:
     v = version_tuple(version)
     for part in spec.split(","):
-        m = re.match(r"\s*(>=|<=|==|>|<)\s*([\w.]+)\s*$", part)
+        m = re.match(r"^\s*(>=|<=|==|>|<)\s*([\w.]+)\s*$", part)
         if not m:
             return False
         op, bound = m.group(1), version_tuple(m.group(2))
@@ -77,14 +129,29 @@ def matching_bugs(ctx, oom_class: str | None = None) -> list[tuple[Bug, Evidence
 
 
 def _condition(ctx, req: str) -> bool:
-    if req == "multimodal":
+    name, _, arg = req.partition(":")
+    if name == "multimodal":
         args = ctx.args
         if args.get("limit_mm_per_prompt") or args.get("mm_processor_kwargs") not in (None, "None", {}):
             return True
         return bool(_MM_MODEL.search(str(args.get("model") or args.get("served_model_name") or "")))
-    if req == "prefix_caching":
+    if name == "prefix_caching":
         return prefix_caching_enabled(ctx) is True
-    return False
+    if name == "long_context":
+        length = _as_int(ctx.arg("max_model_len", "context_length", "max_total_tokens", "session_len"))
+        return length is not None and length >= int(arg)
+    if name == "concurrency":
+        seqs = _as_int(ctx.arg("max_num_seqs", "max_running_requests", "max_batch_size"))
+        running = max((s.fields.get("running") or 0 for s in ctx.ev.of(Kind.STATS)), default=0)
+        return max(seqs or 0, int(running)) >= int(arg)
+    raise KnowledgeError(f"unknown requirement {req!r}")   # load_bugs already refused it
+
+
+def _as_int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def has_hit_rate(ctx) -> bool:
@@ -104,6 +171,22 @@ def prefix_caching_opted_in(ctx) -> bool:
         if rec.fields.get("origin") == "argparse namespace" and (rec.fields.get("args") or {}).get("enable_prefix_caching") is True:
             return True
     return ctx.engine_mode == "v0" and ctx.args.get("enable_prefix_caching") is True
+
+
+#: Engines that never print a prefix-cache hit rate in their log: with the cache on, the log
+#: alone cannot rule it out.
+NO_HIT_RATE_ENGINES = ("tgi",)
+
+
+def prefix_cache_unjudged(ctx) -> bool:
+    """Prefix caching is on, the evidence has no hit rate to judge it by, and the cache is not
+    just an engine default that evicts under pressure: the operator turned it on, or the engine
+    never reports a hit rate (so its absence is not an excerpt's gap but the engine's silence)."""
+    if has_hit_rate(ctx):
+        return False
+    if prefix_caching_opted_in(ctx):
+        return True
+    return ctx.engine in NO_HIT_RATE_ENGINES and prefix_caching_enabled(ctx) is True
 
 
 def prefix_caching_enabled(ctx) -> bool | None:

@@ -1,7 +1,10 @@
 """No OOM: the evidence shows a server working normally and no failure of any kind.
 
 **Signature**: start-up lines that complete (weights loaded, KV cache sized, graphs captured,
-routes up) and/or serving lines (requests, stats), with no error.
+routes up) and/or serving lines (requests, stats), with no error — for every engine the signature
+data knows (vLLM stats and offline progress, SGLang batch lines, TGI shards and requests, lmdeploy
+and TensorRT-LLM sizing and stats, llama.cpp/Ollama loading and slots), busy or not: a KV cache at
+95% with a queue that never failed is a busy server, not an incident.
 **Not to be confused with**: an excerpt with nothing recognisable at all — that is `unknown`,
 since the failure may simply not be in it.
 """

@@ -33,6 +33,8 @@ _CAUSE_OF = {
     Kind.ILLEGAL_MEMORY_ACCESS.value: ("illegal_memory_access", "Illegal memory access: a kernel fault, not exhaustion", 0.88),
     Kind.NCCL_ERROR.value: ("nccl_failure", "NCCL failure: a collective failed or timed out", 0.82),
     Kind.CUDA_ERROR.value: ("cuda_fault", "A CUDA error that is not out-of-memory", 0.7),
+    Kind.SOFTWARE_FAULT.value: ("other", "A software fault (a panic, or a process a watchdog or health check gave up "
+                                         "on), not memory exhaustion", 0.7),
 }
 
 

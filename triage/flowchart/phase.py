@@ -31,7 +31,14 @@ STARTUP_FUNCS = frozenset({
     "graph_capture", "capture", "profile", "init_torch_distributed", "run_profile",
     "init_worker_distributed_environment", "init_distributed_environment", "ensure_model_parallel_initialized",
     "initialize_model_parallel", "allocate_gpu_cache", "_allocate_cache", "build_model_agent",
+    # CUDA-graph capture (torch.cuda.graph): vLLM, SGLang and TGI capture graphs once, while starting.
+    "capture_begin", "capture_end", "init_cuda_graph_state", "warmup_model",
 })
+# Source files whose frames only run while starting (graph capture).
+STARTUP_PATHS = ("torch/cuda/graphs.py",)
+# An engine's own wording for running out of memory while serving: these only happen in the
+# serving loop (a KV/token pool too full for the running batch, a leak check between batches).
+RUNTIME_OOM_KINDS = frozenset({Kind.KV_POOL_OOM.value, Kind.POOL_LEAK.value, Kind.PREEMPTION.value})
 # Function names of the serving loop: a request was being executed.
 RUNTIME_FUNCS = frozenset({
     "step", "step_async", "engine_step", "run_busy_loop", "_process_engine_step", "run_engine_loop",
@@ -51,6 +58,9 @@ class PhaseAnswer:
     strength: float                 # how direct the deciding evidence is (0..1)
     evidence: list[Evidence] = field(default_factory=list)
     uptime_s: float | None = None
+    # The failure is tied to request work (serving-loop frames, a failed step or request, requests
+    # or stats before it, the engine's own runtime OOM wording), not merely to a running engine.
+    request_work: bool = False
 
 
 def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
@@ -64,6 +74,11 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
         return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
                            0.95, checks[:2])
+    if anchor.kind in RUNTIME_OOM_KINDS:
+        engine = ctx.engine if ctx.engine != "unknown" else "the engine"
+        return PhaseAnswer("runtime", f"{engine}'s own serving-loop out-of-memory message ({anchor.kind} at "
+                                      f"{anchor.where}): it only happens while requests run", 0.8, [anchor],
+                           _uptime(anchor), request_work=True)
     tbs = ctx.tracebacks_near(anchor)
     frames = ctx.frames_near(anchor)
     dp_idle = any(f[2] == "execute_dummy_batch" for f in frames)   # idle data-parallel ranks run _dummy_run
@@ -75,16 +90,20 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     if run_frames:
         f = run_frames[0]
         return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {short_path(f[0])})", 0.75,
-                           tbs[:2], _uptime(anchor))
+                           tbs[:2], _uptime(anchor), request_work=True)
+    step = _step_failure(ctx, anchor)
+    if step is not None:
+        return PhaseAnswer("runtime", f"the engine failed a model step for scheduled requests ({step.where}): the "
+                                      "serving loop", 0.75, [step], _uptime(anchor), request_work=True)
     life = str(anchor.fields.get("phase") or "unknown")
     elsewhere = _served_elsewhere(ctx, anchor)
     if life != "serving" and elsewhere is not None:
         return PhaseAnswer("runtime", f"another source shows the server serving before the failure ({elsewhere.where})",
-                           0.7, [elsewhere], _uptime(anchor))
+                           0.7, [elsewhere], _uptime(anchor), request_work=True)
     if life == "serving":
         served = ctx.last_before(Kind.REQUEST_SERVED.value, anchor, True) + ctx.last_before(Kind.STATS.value, anchor, True)
         return PhaseAnswer("runtime", "the server had already served requests before the failure", 0.8,
-                           sorted(served, key=lambda e: e.seq)[-1:], _uptime(anchor))
+                           sorted(served, key=lambda e: e.seq)[-1:], _uptime(anchor), request_work=True)
     if life == "ready":
         ready = ctx.last_before(Kind.STARTUP_COMPLETE.value, anchor, True)
         return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", 0.6, ready[-1:],
@@ -99,8 +118,29 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     if failed and not dead:
         return PhaseAnswer("startup", f"the engine reported it failed to start ({failed[0].where})", 0.8, failed[:1])
     if dead and not failed:
-        return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it was serving", 0.75, dead[:1])
+        requests = [d for d in dead if d.kind == Kind.REQUEST_FAILED.value]
+        if requests:
+            return PhaseAnswer("runtime", f"a request failed while it was being served ({requests[0].where})", 0.75,
+                               requests[:1], request_work=True)
+        loop = [d for d in dead if d.fields.get("scope") != "process"]
+        if loop:
+            return PhaseAnswer("runtime", f"the engine loop died of it ({loop[0].where}): the loop runs the scheduled "
+                                          "requests' steps", 0.75, loop[:1], request_work=True)
+        return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it had started serving", 0.7,
+                           dead[:1])
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", 0.0, tbs[:1])
+
+
+def _step_failure(ctx: Context, anchor: Evidence) -> Evidence | None:
+    """A failed model step (vLLM's failed-execution dump, TensorRT-LLM's forward error, mistral.rs's
+    step error) next to the OOM, in the same source and with no engine start between them."""
+    for rec in ctx.ev.of(Kind.STEP_FAILED):
+        if rec.source != anchor.source:
+            continue
+        if rec.line is None or anchor.line is None or abs(rec.line - anchor.line) <= 60:
+            if not _restart_between(ctx, anchor, rec):
+                return rec
+    return None
 
 
 def _restart_between(ctx: Context, a: Evidence, b: Evidence) -> bool:
@@ -133,6 +173,8 @@ def _served_elsewhere(ctx: Context, anchor: Evidence) -> Evidence | None:
 def _is_startup_frame(frame: tuple) -> bool:
     path, func = frame[0], frame[2]
     if func in STARTUP_FUNCS or _REPACK.search(func):
+        return True
+    if path.replace("\\", "/").endswith(STARTUP_PATHS):
         return True
     # Constructors of the engine and of model layers run once, at start-up.
     norm = path.replace("\\", "/")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..evidence.kinds import Kind
 from ..model import Cause, Evidence, OomClass
+from ..thresholds import EVICTABLE_SHARE, LOW_HIT_RATE
 from .base import Assessment, pct
 from .causes import detect
 from .context import Context
@@ -19,8 +20,7 @@ from .knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opte
 from .phase import PhaseAnswer
 
 CLASS = OomClass.PREFIX_CACHE
-LOW_HIT_RATE = 0.30
-EVICTABLE_SHARE = 0.5
+RUNTIME_RANK = 0               # the most specific runtime class: wins ties
 
 
 def pool_not_evicted(ctx: Context) -> Cause | None:

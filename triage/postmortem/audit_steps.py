@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from ..recovery.audit import FILENAME, verify
 from ..recovery.redact import redact_output
+from ..safejson import loads
+from ..timeref import parse_iso
 from .views import RecoveryStep, hms, span
 
 DETAIL_CHARS = 160
@@ -38,8 +40,8 @@ def read_steps(bundle: Path) -> AuditSteps:
         if not line.strip():
             continue
         try:
-            record = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            record = loads(line.decode("utf-8"))      # bounded nesting; NaN / Infinity read as None
+        except (UnicodeDecodeError, ValueError):
             record = None
         if not isinstance(record, dict):
             out.problems.append(f"{FILENAME}:{n}: not a JSON object (corrupt or truncated line); left out of "
@@ -110,15 +112,16 @@ def _compact(value: Any) -> str:
 
 
 def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
+    """RFC 3339 -> UTC; None for anything else, a year outside 1900-2999 included."""
+    return parse_iso(value) if isinstance(value, str) else None
 
 
-def _took(seconds: float) -> str:
-    """0.2 s, 14.5 s, 2 min 20 s: a step's own duration keeps its tenths under a minute."""
+def _took(seconds: float) -> str | None:
+    """0.2 s, 14.5 s, 2 min 20 s: a step's own duration keeps its tenths under a minute. None for
+    a duration no step has (negative, or past a year: a damaged record)."""
+    if not 0 <= seconds <= MAX_STEP_S:
+        return None
     return f"{seconds:.1f} s" if seconds < 59.95 else span(timedelta(seconds=seconds)) or ""
+
+
+MAX_STEP_S = 366 * 86400

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from ..errors import BadInput
+from ..output import echo
 
 
 @click.command()
@@ -43,7 +44,7 @@ def postmortem(incident: str, output: str | None, template: str | None, now_text
         check_output(target)                       # before the bundle is read: fail fast, write nothing
     pm = render_postmortem(incident, template=template, now=now, output=target)
     if target is None:
-        click.echo(pm.markdown, nl=False)
+        echo(pm.markdown, nl=False)
         return
     for path in write_postmortem(pm, target):
-        click.echo(f"wrote {path}")
+        echo(f"wrote {path}")

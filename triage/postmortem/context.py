@@ -46,7 +46,7 @@ class Inputs:
 
 def load_inputs(incident: str | Path) -> Inputs:
     from ..evidence import load_evidence
-    from ..flowchart import classify
+    from ..api import classify_evidence as classify
     from ..timeline import build_timeline
     from ..timeline.incident import load_incident
 

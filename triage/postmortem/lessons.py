@@ -22,7 +22,8 @@ DUE = "TBD"
 FAST_DETECTION = timedelta(minutes=5)
 SLOW_DETECTION = timedelta(minutes=15)
 WARM_UP = 600.0                    # a server failing this soon after start failed on warm-up traffic
-_SCALE = re.compile(r"\bscal(?:e|ed|es|ing)\b[^.;]*?(?:\bout\b|\bup\b|\breplicas?\b|\d+\s*(?:→|->|to)\s*\d+)", re.I)
+_SCALE = re.compile(r"(?:^|(?<=[.;]))(?:(?!\bscal(?:e|ed|es|ing)\b)[^.;])*\bscal(?:e|ed|es|ing)\b[^.;]*?"
+                    r"(?:\bout\b|\bup\b|\breplicas?\b|(?<!\d)\d+\s*(?:→|->|to)\s*\d+)", re.I)
 _TAGS = (("went_well", re.compile(r"^\s*(?:went\s+)?well\s*:\s*", re.I)),
          ("went_wrong", re.compile(r"^\s*(?:went\s+)?(?:wrong|badly|bad)\s*:\s*", re.I)),
          ("lucky", re.compile(r"^\s*(?:got\s+)?lucky\s*:\s*", re.I)))

@@ -53,7 +53,7 @@ _KIND_LABELS = {"gpu_oom": "GPU OOM", "engine_dead": "engine died", "process_die
                 "server_start": "server start", "startup_complete": "server ready", "restart": "restart"}
 
 
-_STEP = re.compile(r"recovery step '([^']+)' \(([^)]+)\): (\w+)")
+_STEP = re.compile(r"^recovery step '([^']+)' \(([^)]+)\): (\w+)")
 
 
 def _label(e: Any) -> str:

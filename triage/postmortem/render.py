@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from ..errors import TriageError
 from ..paths import templates_dir
+from ..redact import mask_text
 from . import views
 
 BUNDLED = {"google": "postmortem-google.md.j2", "atlassian": "postmortem-atlassian.md.j2"}
@@ -165,7 +166,9 @@ def code(value: Any) -> str:
 # -- writing --------------------------------------------------------------------------------------
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, fsync, then rename over it: a reader sees the old file or the new one."""
+    """Write beside the target, fsync, then rename over it: a reader sees the old file or the new one.
+    The text is masked on the way (`triage.redact`), whoever rendered it."""
+    text = mask_text(text)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise PostmortemError(f"{directory}: output directory does not exist")

@@ -9,24 +9,25 @@ import re
 from datetime import datetime, timedelta
 from typing import Any, Sequence
 
+from ..budget import engine_budget as _engine_budget
 from ..evidence.kinds import GPU_OOM_KINDS, Kind
 from ..model import Evidence, EvidenceSet, Verdict
+from ..thresholds import DISCREPANCY, KV_HIGH, LOW_HIT_RATE
 from ..recovery.redact import redact_output
 from .chart import Series, collect_series, node_of
 from .views import Claim, EarlierSignal, hms, span
 
-DISCREPANCY_POINTS = 3.0          # nvidia-smi used vs the engine's budget (the write-up's 3% alert)
-KV_HIGH = 0.90                    # KV-cache usage held this high ...
-KV_HOLD = timedelta(minutes=5)    # ... for this long
+DISCREPANCY_POINTS = 100 * DISCREPANCY   # nvidia-smi used vs the engine's budget, in points of the card
+KV_HOLD = timedelta(minutes=5)    # KV-cache usage held at or above KV_HIGH for this long
 TREND_WINDOW = timedelta(hours=1)  # memory-delta alert: rise over the last hour ...
 TREND_MIN_SPAN = timedelta(minutes=30)
 TREND_POINTS = 1.0                # ... of at least this many points of the card
-PREFIX_LOW = 0.30                 # prefix-cache hit rate below this with caching on
+PREFIX_LOW = LOW_HIT_RATE          # prefix-cache hit rate below this with caching on
 STATS_NEAR = timedelta(minutes=2)  # a stats line this close before a failure describes it
 # "13 of 16 nodes down", "3/8 pods crashed" in a note.
 NODES_DOWN = re.compile(r"\b(\d+)\s*(?:of|/)\s*(\d+)\s+(nodes|pods|servers|replicas|GPUs)\s+"
                         r"(down|crashed|failed|failing|unhealthy|affected|crash-looping)\b", re.I)
-_PERCENT_OF = re.compile(r"(\d+(?:\.\d+)?)\s?% of\b")
+_PERCENT_OF = re.compile(r"(?<!\d)(\d+(?:\.\d+)?)\s?% of\b")
 # "error rate 82%", "error rate is 40 %", "error rate back to 0%" (not "error rate above 20%": a threshold).
 _ERROR_RATE = re.compile(r"error rate\s*(?:is\s+|was\s+|at\s+|of\s+|now\s+|(?:back |down |up )?to\s+|[:=]\s*)?"
                          r"(\d+(?:\.\d+)?)\s?%", re.I)
@@ -198,17 +199,9 @@ _Found = tuple[str, str, datetime, tuple[str, ...]]
 
 
 def engine_budget(evidence: EvidenceSet, verdict: Verdict) -> float | None:
-    """The engine's gpu_memory_utilization: the launch arguments, else vLLM's cache_config_info metric."""
-    value = (verdict.facts.get("launch_args") or {}).get("gpu_memory_utilization")
-    if isinstance(value, (int, float)):
-        return float(value)
-    for rec in evidence.of(Kind.METRIC):
-        if rec.fields.get("name") == "cache_config":
-            try:
-                return float((rec.fields.get("labels") or {}).get("gpu_memory_utilization"))
-            except (TypeError, ValueError):
-                pass
-    return None
+    """The engine's gpu_memory_utilization (triage.budget: the same reading as the classifier's)."""
+    found = _engine_budget(evidence)
+    return found[0] if found else None
 
 
 def _discrepancy(evidence: EvidenceSet, verdict: Verdict, series: list[Series]) -> _Found | None:

@@ -6,6 +6,15 @@ Each line is one JSON record (canonical: sorted keys, compact, ASCII). Two field
 so an edited, deleted, reordered or truncated line is detectable (`verify`). Lines are written
 with one os.write on an O_APPEND descriptor, then fsync'd; the file is never rewritten.
 Arguments and output are redacted (`redact.py`) before they reach the disk.
+
+The chain alone has no key: whoever can write the file can append records and recompute it.
+So each record also carries
+  key_id  a short name of the host key that signed it (`hostkey.py`)
+  mac     HMAC-SHA256, with that key, of the incident directory's real path and the canonical
+          JSON of the record without `hash` and `mac`
+and recovery trusts a record (to find the servers it relaunched, a launch that served, where to
+resume) only when its MAC verifies with this host's key. Binding the MAC to the directory keeps
+a record copied from another incident's log from being trusted here.
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import BadInput, TriageError
+from .hostkey import HostKey, load_key
 from .redact import redact
 
 FILENAME = "actions.jsonl"
@@ -35,7 +45,8 @@ GENESIS = "0" * 64
 TAIL_CHARS = 2000
 PHASES = ("start", "end")
 RESULTS = ("ok", "failed", "timeout", "skipped", "interrupted", "aborted")
-RESERVED = ("seq", "time", "user", "host", "prev", "hash")   # filled in by append()
+RESERVED = ("seq", "time", "user", "host", "prev", "hash", "key_id", "mac")   # filled in by append()
+MAC_LABEL = b"oom-triage audit v1\0"
 REQUIRED = ("seq", "time", "run_id", "action", "phase", "prev", "hash")
 
 Clock = Callable[[], datetime]
@@ -59,6 +70,32 @@ def sha256(data: bytes) -> str:
 
 def record_hash(record: Mapping[str, Any]) -> str:
     return sha256(canonical({k: v for k, v in record.items() if k != "hash"}))
+
+
+def mac_input(directory: str | os.PathLike[str], record: Mapping[str, Any]) -> bytes:
+    """What a record's MAC covers: the incident directory it belongs to and every field but hash and mac."""
+    where = os.path.realpath(directory).encode("utf-8", "surrogateescape")
+    return MAC_LABEL + where + b"\0" + canonical({k: v for k, v in record.items() if k not in ("hash", "mac")})
+
+
+# How a record stands against this host's key.
+AUTHENTICATED = "authenticated"
+OTHER_KEY = "another key"
+NO_MAC = "no MAC"
+BAD_MAC = "MAC does not verify"
+
+
+def authenticity(record: Mapping[str, Any], key: HostKey | None, directory: str | os.PathLike[str]) -> str:
+    key_id, mac = record.get("key_id"), record.get("mac")
+    if not isinstance(key_id, str) or not isinstance(mac, str):
+        return NO_MAC
+    if key is None or key_id != key.key_id:
+        return OTHER_KEY
+    try:
+        data = mac_input(directory, record)
+    except ValueError:                    # not canonical JSON (a NaN): nothing this tool wrote
+        return BAD_MAC
+    return AUTHENTICATED if key.verifies(data, mac) else BAD_MAC
 
 
 def rfc3339(moment: datetime) -> str:
@@ -108,16 +145,31 @@ def _plain(value: Any) -> Any:
 
 @dataclass
 class VerifyReport:
-    ok: bool
+    ok: bool                              # the hash chain is intact (says nothing about who wrote it)
     records: int
     problems: list[str] = field(default_factory=list)
     last_hash: str | None = None          # `hash` of the last valid record
     note: str = ""                        # e.g. "no audit log yet (0 records)"
+    key_id: str | None = None             # this host's key, None when it has none yet
+    authenticated: int = 0                # records whose MAC verifies with this host's key
+    other_key: int = 0                    # records signed with a key this host does not hold
+    unauthenticated: int = 0              # no MAC, or a MAC that does not verify with this host's key
+    untrusted: list[str] = field(default_factory=list)   # `line N: why`, one per record not authenticated
+
+    @property
+    def trusted(self) -> bool:
+        """Chain intact and every record authenticated by this host's key."""
+        return self.ok and not self.untrusted
 
     def summary(self) -> str:
         if self.ok:
-            return self.note or f"ok: {self.records} records, chain intact"
+            return self.note or f"ok: {self.records} records, chain intact; {self.auth_summary()}"
         return f"BROKEN: {len(self.problems)} problem(s); first: {self.problems[0]}"
+
+    def auth_summary(self) -> str:
+        key = f"key {self.key_id}" if self.key_id else "no key yet"
+        return (f"authenticated by this host ({key}): {self.authenticated}, another host's key: "
+                f"{self.other_key}, not authenticated: {self.unauthenticated}")
 
 
 @dataclass
@@ -136,12 +188,15 @@ def log_path(path: str | os.PathLike[str]) -> Path:
     return p / FILENAME if p.is_dir() else p
 
 
-def verify(path: str | os.PathLike[str]) -> VerifyReport:
-    """Re-compute every hash and prev link; problems read `line N: ...`."""
-    return _scan(log_path(path)).report
+def verify(path: str | os.PathLike[str], key: HostKey | None | bool = False) -> VerifyReport:
+    """Re-compute every hash and prev link (problems read `line N: ...`); with `key`, also check
+    every record's MAC against it (`key=True`: this host's key, read but never created)."""
+    target = log_path(path)
+    host_key = load_key() if key is True else (key or None)
+    return _scan(target, host_key).report
 
 
-def _scan(path: Path) -> _Scan:
+def _scan(path: Path, key: HostKey | None = None) -> _Scan:
     try:
         fh = open(path, "rb")
     except FileNotFoundError:
@@ -169,10 +224,12 @@ def _scan(path: Path) -> _Scan:
                 scan.last_valid = record
             if isinstance(record.get("seq"), int):
                 last_seq = record["seq"]
+            _count(scan.report, n, authenticity(record, key, path.parent))
             scan.report.records += 1
             scan.last_record = record
             prev_line = line
     scan.report.ok = not problems
+    scan.report.key_id = key.key_id if key else None
     if scan.report.ok:
         scan.next_prev = GENESIS if prev_line is None else sha256(prev_line)
         scan.next_seq = last_seq + 1
@@ -182,6 +239,20 @@ def _scan(path: Path) -> _Scan:
     elif scan.last_valid:
         scan.report.last_hash = scan.last_valid["hash"]
     return scan
+
+
+def _count(report: VerifyReport, n: int, status: str) -> None:
+    if status == AUTHENTICATED:
+        report.authenticated += 1
+        return
+    if status == OTHER_KEY:
+        report.other_key += 1
+    else:
+        report.unauthenticated += 1
+    why = {OTHER_KEY: "signed with a key this host does not hold (another host's, or a key replaced since)",
+           NO_MAC: "carries no MAC (written by hand, by an older version, or forged)",
+           BAD_MAC: "its MAC does not verify with this host's key (edited or forged)"}[status]
+    report.untrusted.append(f"line {n}: {why}")
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
@@ -234,6 +305,16 @@ class AuditLog:
         self.monotonic = monotonic
         self._tail: tuple[int, int, int, str, int] | None = None   # ino, size, mtime, prev, seq
         self.last_written: dict[str, Any] | None = None             # the record most recently on disk
+        self._key: HostKey | None = None
+
+    def signing_key(self) -> HostKey:
+        """This host's key, created on first use (see hostkey.py)."""
+        if self._key is None:
+            key = load_key(create=True)
+            if key is None:                     # made and then gone: someone is moving it around
+                raise AuditError("the audit key could not be created: nothing was written")
+            self._key = key
+        return self._key
 
     # reading
     def records(self) -> list[dict[str, Any]]:
@@ -248,6 +329,16 @@ class AuditLog:
             raise BadInput(str(self.path), f"cannot read audit log: {exc.strerror or exc}") from None
         return out
 
+    def authenticated(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(the records whose MAC verifies with this host's key, the others), in file order.
+        Only the first may decide anything: which PIDs are ours, what served, where to resume."""
+        key = self._key or load_key()
+        mine: list[dict[str, Any]] = []
+        others: list[dict[str, Any]] = []
+        for rec in self.records():
+            (mine if authenticity(rec, key, self.path.parent) == AUTHENTICATED else others).append(rec)
+        return mine, others
+
     def last(self) -> dict[str, Any] | None:
         """The last record that verifies (hash, prev and seq), or None: where a resume starts."""
         return _scan(self.path).last_valid
@@ -255,7 +346,7 @@ class AuditLog:
     def completed_steps(self, run_id: str | None = None) -> list[str]:
         """Step ids whose latest `end` record says ok or skipped, in the order they ended."""
         done: dict[str, str] = {}
-        for rec in self.records():
+        for rec in self.authenticated()[0]:
             if rec.get("phase") == "end" and (run_id is None or rec.get("run_id") == run_id):
                 done.pop(str(rec.get("step")), None)
                 if rec.get("result") in ("ok", "skipped"):
@@ -334,12 +425,14 @@ class AuditLog:
     def _write_unmasked(self, body: dict[str, Any]) -> dict[str, Any]:
         if not self.path.parent.is_dir():
             raise BadInput(str(self.path.parent), "incident directory does not exist")
+        key = self.signing_key()                     # no key, no record: before the file is touched
         fd, created = self._open()
         size: int | None = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)          # one writer at a time, across processes
             prev, seq = self._chain_state(fd)
-            body.update(seq=seq, prev=prev)
+            body.update(seq=seq, prev=prev, key_id=key.key_id)
+            body["mac"] = key.mac(mac_input(self.path.parent, body))
             body["hash"] = record_hash(body)
             line = canonical(body)
             data = line + b"\n"
@@ -399,5 +492,5 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["AuditError", "AuditLog", "GENESIS", "StepHandle", "VerifyReport", "canonical",
-           "log_path", "record_hash", "verify"]
+__all__ = ["AUTHENTICATED", "AuditError", "AuditLog", "GENESIS", "StepHandle", "VerifyReport", "authenticity",
+           "canonical", "log_path", "mac_input", "record_hash", "verify"]

@@ -13,6 +13,14 @@ from typing import Any, Callable
 
 from . import interrupts
 from .identify import Identification
+from .privileges import RunAs
+
+# Where a launch command came from. Only the first two count as confirmed by --yes: anything read
+# from the incident directory (actions.jsonl, incident.yaml, the logs) can be written by whoever
+# can write the bundle, and runs only once the operator confirmed that very command.
+LIVE = "live"          # /proc/PID/cmdline of the confirmed, running server
+FLAG = "flag"          # --launch-command, typed by the operator
+BUNDLE = "bundle"
 
 
 class StepTimeout(TimeoutError):
@@ -52,6 +60,18 @@ class LaunchSpec:
     base_env: dict[str, str] | None     # the old server's environment when readable, else ours
     source: str                         # where argv came from ("the running APIServer pid 12", "--launch-command")
     old_argv: list[str] | None = None   # the command line before the verdict's changes
+    origin: str = BUNDLE                # LIVE | FLAG | BUNDLE (see above)
+    bundle_env: tuple[str, ...] = ()    # keys of `env` whose values came from the bundle
+    base_env_uid: int | None = None     # whose environment base_env is (None with base_env: unknown)
+
+
+def rollback_spec(known_good: list[str], base: LaunchSpec | None) -> LaunchSpec:
+    """The launch a rollback runs: the last command that served (read from actions.jsonl), in the
+    current server's working directory and environment."""
+    return LaunchSpec(argv=list(known_good), env={}, cwd=base.cwd if base else None,
+                      base_env=base.base_env if base else None, source="the last launch that served (actions.jsonl)",
+                      old_argv=base.argv if base else None, origin=BUNDLE,
+                      base_env_uid=base.base_env_uid if base else None)
 
 
 @dataclass
@@ -62,6 +82,7 @@ class ExecOptions:
     unit: str | None = None                     # systemd unit for the systemctl driver
     deployment: str | None = None               # NAMESPACE/NAME for the kubectl driver
     force: bool = False                         # act even if the server answers a real completion
+    trusted_launches: tuple[str, ...] = ()      # --trust-bundle-launch: digests of bundle commands the operator read
     confirm: Callable[[str], bool] = lambda prompt: False
     say: Callable[[str], None] = lambda line: None
 
@@ -79,6 +100,7 @@ class RunContext:
     verdict: Any = None                         # the Verdict: its recommendations drive kubectl's args patch
     launched: list[dict[str, Any]] = field(default_factory=list)   # servers started by this run
     relaunch_driver: str | None = None          # how the runbook starts the server again (None: it does not)
+    run_as: RunAs | None = None                 # the stopped server's identity (None: this process's)
 
 
 @dataclass

@@ -57,7 +57,8 @@ def resume_point(audit: AuditLog, plan: Plan) -> tuple[str | None, list[str]]:
     so the runbook starts again from step 1."""
     from .prepare import this_host
 
-    runs: list[dict[str, Any]] = [r for r in this_host(audit.records()) if r.get("action") == "run"]
+    # Only records this host's key authenticates: a forged unfinished run must not skip steps.
+    runs: list[dict[str, Any]] = [r for r in this_host(audit.authenticated()[0]) if r.get("action") == "run"]
     all_starts = [r for r in runs if r.get("phase") == "start"]
     starts = [r for r in all_starts if (r.get("args") or {}).get("runbook") == plan.runbook.id]
     if not starts:
@@ -83,15 +84,34 @@ def resume_point(audit: AuditLog, plan: Plan) -> tuple[str | None, list[str]]:
     return str(last.get("run_id")), ids[: last_done + 1]
 
 
+def audit_moved(audit: AuditLog, seen: tuple[int, str | None]) -> str | None:
+    """Why actions.jsonl is no longer the log the plan was made from plus this run's own records
+    (another recovery wrote to it, or it was rewritten), or None.
+
+    `seen` is (records, hash of the last one) when the plan was made. Both locks keep other
+    recoveries out; this catches a writer that took neither (or a hand edit) before each step."""
+    records = audit.records()
+    count, last = seen
+    if len(records) < count or (count and str(records[count - 1].get("hash")) != str(last)):
+        return f"{audit.path} was rewritten since this plan was made"
+    foreign = next((r for r in records[count:] if r.get("run_id") != audit.run_id), None)
+    if foreign is not None:
+        return (f"{audit.path} changed since this plan was made: record {foreign.get('seq')} was written by "
+                f"run {foreign.get('run_id')} (another recovery?)")
+    return None
+
+
 class Executor:
     def __init__(self, plan: Plan, ctx: RunContext, audit: AuditLog,
                  show_step: Callable[[PlannedStep], None] = lambda ps: None,
-                 show_result: Callable[["StepReport"], None] = lambda r: None):
+                 show_result: Callable[["StepReport"], None] = lambda r: None,
+                 audit_seen: tuple[int, str | None] | None = None):
         self.plan = plan
         self.ctx = ctx
         self.audit = audit
         self.show_step = show_step
         self.show_result = show_result
+        self.audit_seen = audit_seen        # re-checked before every step (see audit_moved)
 
     def run(self, resume_from: str | None = None, done: list[str] | None = None) -> RunReport:
         done = done or []
@@ -112,6 +132,14 @@ class Executor:
                 if not self.ctx.options.yes and not self.ctx.options.confirm(f"Run step {ps.number} ({ps.step.id})?"):
                     report.steps.append(StepReport(ps.number, ps.step.id, "not run", ["declined by the operator"]))
                     report.result = "declined"
+                    break
+                moved = audit_moved(self.audit, self.audit_seen) if self.audit_seen is not None else None
+                if moved:                     # re-checked after the prompt too: a person may answer late
+                    report.steps.append(StepReport(ps.number, ps.step.id, "aborted",
+                                                   [moved + ": nothing more was done"],
+                                                   "run the command again to plan from what runs now"))
+                    self.show_result(report.steps[-1])
+                    report.result = "aborted"
                     break
                 if ps.step.action in DESTRUCTIVE and not checked_unhealthy:
                     drift = self._still_failing()

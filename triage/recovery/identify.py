@@ -20,20 +20,33 @@ this server's own log (or --pid, or a relaunch record) names — alive and confi
 the candidate is a vLLM process (an orphaned worker). Anything else is refused: give --pid.
 
 The confirmed processes plus all their descendants are the server's process tree.
+
+Only the failing server's own log names candidates: a bundle may hold the log of a healthy
+replica on the same host (same model, same titles), and its PIDs are refused with that reason
+(`scope_to_verdict`). A sighting dated after now (past a few minutes of clock skew) proves
+nothing about when a process started: the log's zone is wrong, and it never passes the
+started-before check.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
-from ..evidence.kinds import Kind
-from ..model import EvidenceSet
+from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
+from ..model import EvidenceSet, Verdict
+from ..timeref import future_warning, in_future
 from .procs import ProcInfo, all_procs, descendants, protected_pids, read_proc
 
 # Log times have one-second resolution; a process may start in the same second it logs.
 CLOCK_SLACK = timedelta(seconds=2)
 VLLM_TITLES = ("VLLM::", "ray::")
+# What a server's failure looks like in its own log: the records that place the failure in a file.
+FAILURE_KINDS = GPU_OOM_KINDS | NOT_GPU_KINDS | frozenset({
+    Kind.ENGINE_DEAD, Kind.ENGINE_START_FAILED, Kind.PROCESS_DIED, Kind.REQUEST_FAILED, Kind.CHILD_KILLED,
+    Kind.TRACEBACK, Kind.EXCEPTION})
+SERVER_LOG_KINDS = (Kind.SERVER_PROCESS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN,
+                    Kind.STARTUP_COMPLETE, Kind.STATS, Kind.KV_CAPACITY, Kind.MEMORY_PROFILE)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,11 @@ class Identification:
     def pids(self) -> list[int]:
         return [p.info.pid for p in self.processes]
 
+    def refuse(self, refusals: Iterable[Refusal]) -> None:
+        """Add refusals decided before identification, for PIDs not confirmed (or refused) here."""
+        known = set(self.pids) | {r.pid for r in self.refused}
+        self.refused += [r for r in refusals if r.pid not in known]
+
     def lines(self) -> list[str]:
         out = [f"{p.info.pid} {p.role}: {p.why}; command {p.info.command(100)!r}" for p in self.processes]
         out += [f"{r.pid} {r.role} ({r.source}) REFUSED: {r.reason}" for r in self.refused]
@@ -88,6 +106,63 @@ def candidates_from_evidence(evidence: EvidenceSet) -> list[Candidate]:
                        or "GPU process")
             out.append(Candidate(pid, role, rec.where, rec.time, weak=rec.kind == Kind.GPU_PROCESS))
     return out
+
+
+def cited_files(verdict: Verdict) -> set[str]:
+    """The files that hold the failure the verdict cites (an OOM, an engine death...)."""
+    cited = list(verdict.evidence) + [e for cause in verdict.causes for e in cause.evidence]
+    return {e.source for e in cited if e.kind in FAILURE_KINDS}
+
+
+def scope_to_verdict(candidates: list[Candidate], verdict: Verdict, evidence: EvidenceSet,
+                     notes: list[str]) -> tuple[list[Candidate], list[Refusal]]:
+    """(candidates of the failing server's own log, refusals for the PIDs other logs name).
+
+    A GPU process list (weak candidates) is kept: it is linked to the server later or refused.
+    When the failure the verdict cites is in no server log (dmesg, pod status, a scrape), a bundle
+    whose PIDs all come from one log keeps them: there is no other server's log to mix up."""
+    named = [c for c in candidates if not c.weak]
+    files = {_file(c) for c in named}
+    failing = cited_files(verdict)
+    if failing & files:
+        cited = failing & files
+    elif failing & _server_logs(evidence):
+        cited = set()                  # the failing server's log names no PID: the others are other servers'
+    else:
+        cited = files if len(files) <= 1 else set()
+    keep = [c for c in candidates if c.weak or _file(c) in cited]
+    kept = {c.pid for c in keep if not c.weak}
+    refused: dict[int, Refusal] = {}
+    for cand in named:
+        if cand.pid in kept or cand.pid in refused or read_proc(cand.pid) is None:
+            continue                   # named by the failing log too, refused already, or gone
+        where = ", ".join(sorted({_file(c) for c in named if c.pid == cand.pid}))
+        why = (f"seen only in {where}, which the verdict does not cite" if failing & (files | _server_logs(evidence))
+               else f"seen only in {where}; the verdict cites none of the {len(files)} logs that name PIDs")
+        refused[cand.pid] = Refusal(cand.pid, cand.role, cand.source,
+                                    f"{why}: it may be another server on this host; give --pid if it is this one")
+    _note_future(named, notes)
+    return keep, list(refused.values())
+
+
+def _server_logs(evidence: EvidenceSet) -> set[str]:
+    """Files a server wrote (its version, arguments, start-up or serving lines): not dmesg or a pod."""
+    return {e.source for e in evidence.of(*SERVER_LOG_KINDS)}
+
+
+def _file(cand: Candidate) -> str:
+    return cand.source.rsplit(":", 1)[0] if cand.source.rsplit(":", 1)[-1].isdigit() else cand.source
+
+
+def _note_future(cands: list[Candidate], notes: list[str]) -> None:
+    """One plan note per file whose sightings lie ahead of now: its time zone is probably wrong."""
+    now = datetime.now(timezone.utc)
+    ahead: dict[str, datetime] = {}
+    for c in cands:
+        if c.seen_at is not None and in_future(c.seen_at, now):
+            ahead[_file(c)] = max(c.seen_at, ahead.get(_file(c), c.seen_at))
+    for name, latest in sorted(ahead.items()):
+        notes.append(future_warning(name, latest, now=now) + " Its sightings confirm no process: give --pid")
 
 
 def identify(candidates: Iterable[Candidate], model: str | None,
@@ -214,6 +289,10 @@ def _start_problem(cand: Candidate, info: ProcInfo) -> str | None:
         if info.start_ticks != cand.start_ticks:
             return "its start time differs from the one recorded when it was launched: the PID was reused"
         return None
+    if cand.seen_at is not None and in_future(cand.seen_at):
+        # Any process started before a time that has not come yet: such a sighting proves nothing.
+        return (f"{cand.source} dates it {cand.seen_at:%Y-%m-%dT%H:%M:%SZ}, which is in the future: log times lie "
+                "in the future (is incident.yaml's timezone right?), so nothing shows it is the process the log saw")
     started = info.start_utc
     if cand.seen_at is None or started is None:
         return None
@@ -252,5 +331,5 @@ def _started(cand: Candidate, info: ProcInfo) -> str:
     return when
 
 
-__all__ = ["Candidate", "Identification", "Refusal", "ServerProcess", "candidates_from_evidence",
-           "identify", "still_same"]
+__all__ = ["Candidate", "FAILURE_KINDS", "Identification", "Refusal", "ServerProcess", "candidates_from_evidence",
+           "cited_files", "identify", "scope_to_verdict", "still_same"]

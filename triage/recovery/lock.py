@@ -5,10 +5,19 @@ held; the kernel drops it when the holder dies, however it dies. The file's cont
 names the holder — pid, the process start time from /proc/<pid>/stat (field 22), user, host,
 command line — so a refusal can say who holds it, and a leftover file from a dead holder (or a
 pid since reused by another program) is recognised as stale and taken over with a warning.
+
+The lock path may sit in a world-writable directory (/run/lock, /tmp), so any local user can
+put something there first. It is opened with O_NOFOLLOW | O_NONBLOCK, through a directory
+reached without following a symlink someone else owns, and refused unless it is a regular file
+with one link owned by the running user: a FIFO there cannot hang the run, and a hard link or a
+symlinked directory cannot turn the holder record (and the unlink on release) onto another file.
+
+`BundleLock` locks the incident itself (INCIDENT/.recovery.lock): two recoveries of one
+bundle given different TRIAGE_LOCK_FILEs (containers that do not share /run/lock) still
+exclude each other.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -21,11 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TriageError
+from ..safefile import NotRegular, check_regular, describe, read_regular
 from .audit import current_user, rfc3339
 from .procs import boot_id, read_proc
 from .redact import redact
 
 LOCK_NAME = "triage-recover.lock"
+BUNDLE_LOCK_NAME = ".recovery.lock"
+ROOT_LOCK_DIR = "/run/oom-triage"   # root only: 0700, so no other user can plant the lock file
+MAX_SYMLINKS = 40                    # as the kernel's own path walk
 
 
 class LockBusy(TriageError):
@@ -130,19 +143,42 @@ class Holder:
 # -- the lock -----------------------------------------------------------------------------------
 
 def default_lock_path() -> Path:
-    """$TRIAGE_LOCK_FILE if set, else /run/lock if writable, else $XDG_RUNTIME_DIR, else /tmp (per user).
+    """$TRIAGE_LOCK_FILE if set; for root /run/oom-triage (a directory only root can write, so no
+    local user can plant a file that blocks or redirects root's recovery); otherwise
+    $XDG_RUNTIME_DIR (the user's own 0700 directory), else /tmp (per user).
 
     Every recovery on one host must agree on the path; set TRIAGE_LOCK_FILE the same way for all
-    of them when containers do not share /run/lock."""
+    of them when containers do not share /run. Recoveries of one bundle also hold its own lock."""
     override = os.environ.get("TRIAGE_LOCK_FILE")
     if override:
         return Path(override)
-    for directory in ("/run/lock", os.environ.get("XDG_RUNTIME_DIR") or ""):
-        if directory and os.path.isdir(directory) and os.access(directory, os.W_OK | os.X_OK):
-            path = Path(directory) / LOCK_NAME
-            if not path.exists() or os.access(path, os.R_OK | os.W_OK):
-                return path
+    if os.geteuid() == 0:
+        private = _private_dir(Path(ROOT_LOCK_DIR))
+        if private is not None:
+            return private / LOCK_NAME
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if runtime and _private_dir(Path(runtime), create=False) is not None:
+        return Path(runtime) / LOCK_NAME
     return Path(f"/tmp/triage-recover-{os.getuid()}.lock")
+
+
+def _private_dir(directory: Path, create: bool = True) -> Path | None:
+    """`directory` when it is a real directory of ours that no one else can write (made 0700 if
+    missing), else None."""
+    if create:
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return None
+    return directory
 
 
 class HostLock:
@@ -157,6 +193,7 @@ class HostLock:
         self.taken_over_from: Holder | None = None
         self.warning: str | None = None
         self._fd: int | None = None
+        self._dir: int | None = None        # the lock's directory, pinned while the lock is held
 
     @property
     def held(self) -> bool:
@@ -172,6 +209,7 @@ class HostLock:
             except BlockingIOError:
                 content = _read(fd)
                 os.close(fd)
+                self._close_dir()
                 raise LockBusy(self._busy_message(Holder.parse(content))) from None
             if not self._same_file(fd):     # released and unlinked between open and flock
                 os.close(fd)
@@ -183,8 +221,10 @@ class HostLock:
             except BaseException:
                 self._fd = None
                 os.close(fd)
+                self._close_dir()
                 raise
             return self
+        self._close_dir()
         raise TriageError(f"cannot take the recovery lock {self.path}: the file keeps changing")
 
     def release(self) -> None:
@@ -194,11 +234,12 @@ class HostLock:
             return
         try:
             if self._same_file(fd):
-                os.unlink(self.path)        # unlink before close: no one can flock a ghost
+                os.unlink(self.path.name, dir_fd=self._dir)   # before close: no one can flock a ghost
         except OSError:
             pass
         finally:
             os.close(fd)
+            self._close_dir()
 
     def __enter__(self) -> HostLock:
         return self.acquire()
@@ -208,27 +249,62 @@ class HostLock:
 
     # helpers
     def _open(self) -> int:
+        """The lock file, opened without following, blocking on or writing through anything planted."""
+        self._close_dir()
         try:
-            # O_NOFOLLOW: a symlink planted at the lock path (in /tmp) must not make root truncate its target
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise OSError(errno.EINVAL, "not a regular file")
-            return fd
+            self._dir = open_dir(self.path.parent)
+            fd = os.open(self.path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         0o644, dir_fd=self._dir)
+        except UnsafePath as exc:
+            self._close_dir()
+            raise TriageError(f"cannot open the recovery lock {self.path}: {exc}") from None
         except OSError as exc:
-            holder = ""
-            try:
-                found = Holder.parse(self.path.read_bytes())
-                holder = f" (held by {found.describe()})" if found else ""
-            except OSError:
-                pass
-            raise TriageError(f"cannot open the recovery lock {self.path}: "
-                              f"{exc.strerror or exc}{holder}") from None
+            found = self._found()
+            self._close_dir()
+            if found:
+                raise TriageError(f"cannot open the recovery lock {self.path}: it is {found}, not a regular file "
+                                  "(someone may have put it there; remove it if no recovery runs)") from None
+            raise TriageError(f"cannot open the recovery lock {self.path}: {exc.strerror or exc}") from None
+        try:
+            self._check_file(fd)
+        except BaseException:
+            os.close(fd)
+            self._close_dir()
+            raise
+        return fd
+
+    def _check_file(self, fd: int) -> None:
+        """Only a regular file with one link, owned by us, is ever written or unlinked."""
+        try:
+            st = check_regular(fd, self.path, single_link=True)
+        except NotRegular as exc:
+            raise TriageError(f"cannot open the recovery lock {self.path}: it {_it(exc.problem)} (someone may have put "
+                              "it there; remove it if no recovery runs)") from None
+        if st.st_uid != os.geteuid():
+            raise TriageError(f"cannot open the recovery lock {self.path}: it belongs to {_user(st.st_uid)}, not to "
+                              f"the user running this ({_user(os.geteuid())}); a recovery run by that user may hold "
+                              "it — if none runs, remove the file")
+
+    def _found(self) -> str | None:
+        """What sits at the lock path when it is not a regular file (a FIFO, a symlink...), else None."""
+        if self._dir is None:
+            return None
+        try:
+            mode = os.stat(self.path.name, dir_fd=self._dir, follow_symlinks=False).st_mode
+        except OSError:
+            return None
+        return None if stat.S_ISREG(mode) else describe(mode)
+
+    def _close_dir(self) -> None:
+        if self._dir is not None:
+            os.close(self._dir)
+            self._dir = None
 
     def _same_file(self, fd: int) -> bool:
         try:
-            a, b = os.fstat(fd), os.stat(self.path)
-        except OSError:
+            a = os.fstat(fd)
+            b = os.stat(self.path.name, dir_fd=self._dir, follow_symlinks=False)
+        except (OSError, TypeError):
             return False
         return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
@@ -263,11 +339,150 @@ class HostLock:
 
 
 def read_holder(path: str | os.PathLike[str] | None = None) -> Holder | None:
-    """Who the lock file names (for `status`-style output); None when absent or unreadable."""
+    """Who the lock file names (for `status`-style output); None when absent, unreadable or not a file."""
     try:
-        return Holder.parse(Path(path or default_lock_path()).read_bytes())
-    except OSError:
+        return Holder.parse(read_regular(Path(path or default_lock_path())))
+    except (OSError, TriageError):
         return None
+
+
+class BundleLock:
+    """`with BundleLock(incident):` — one recovery per incident, whatever host lock each one took.
+
+    An flock on INCIDENT/.recovery.lock (not on actions.jsonl itself: every append flocks that
+    file on its own descriptor, which would conflict with a lock held for the whole run). The
+    file is never written and never removed, so it carries no content to trust and a second
+    recovery always locks the same file."""
+
+    def __init__(self, incident: str | os.PathLike[str]):
+        self.incident = Path(incident)
+        self.path = self.incident / BUNDLE_LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> BundleLock:
+        if self._fd is not None:
+            return self
+        fd = self._open()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LockBusy(f"another triage recover is running on {self.incident} (it holds {self.path}), "
+                           "perhaps with another TRIAGE_LOCK_FILE: nothing was done") from None
+        except OSError as exc:
+            os.close(fd)
+            raise TriageError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> BundleLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def _open(self) -> int:
+        try:
+            directory = os.open(self.incident, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise TriageError(f"cannot open the incident directory {self.incident}: {exc.strerror or exc}") from None
+        try:
+            # Read-only: the file is only flocked, so even a planted hard link is never written.
+            fd = os.open(BUNDLE_LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         0o644, dir_fd=directory)
+        except OSError as exc:
+            try:
+                mode = os.stat(BUNDLE_LOCK_NAME, dir_fd=directory, follow_symlinks=False).st_mode
+                found = None if stat.S_ISREG(mode) else describe(mode)
+            except OSError:
+                found = None
+            what = f"it is {found}, not a regular file" if found else (exc.strerror or str(exc))
+            raise TriageError(f"cannot open the incident lock {self.path}: {what}") from None
+        finally:
+            os.close(directory)
+        try:
+            check_regular(fd, self.path, single_link=True)
+        except NotRegular as exc:
+            os.close(fd)
+            raise TriageError(f"cannot open the incident lock {self.path}: it {_it(exc.problem)} "
+                              "(someone may have put it there; remove it if no recovery runs)") from None
+        return fd
+
+
+# -- walking to the lock's directory ----------------------------------------------------------
+
+class UnsafePath(Exception):
+    """A directory on the way to a lock file that another user could redirect."""
+
+
+def open_dir(directory: Path) -> int:
+    """An fd on `directory`, walked one component at a time with O_NOFOLLOW.
+
+    The lock's own directory must not be a symlink. A symlink further up is followed only when
+    root or the running user owns it (/var/lock -> /run/lock): one that another user made (in
+    /tmp, say) could point the lock, its holder record and the unlink on release anywhere."""
+    text = os.fspath(directory) or "."
+    start = os.open("/" if text.startswith("/") else ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return _descend(start, text, [MAX_SYMLINKS], final=True)
+
+
+def _descend(fd: int, path: str, budget: list[int], final: bool) -> int:
+    """Walk `path` from `fd` (consumed); return an fd on where it leads."""
+    parts = [p for p in path.split("/") if p and p != "."]
+    try:
+        for i, part in enumerate(parts):
+            last = final and i == len(parts) - 1
+            fd = _step(fd, part, budget, last)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _step(fd: int, part: str, budget: list[int], last: bool) -> int:
+    """Enter `part` of the directory `fd` (closing `fd`), following a symlink only when trusted."""
+    try:
+        nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except OSError as exc:
+        try:
+            st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            raise exc from None
+        if not stat.S_ISLNK(st.st_mode):
+            raise
+        if last:
+            raise UnsafePath(f"its directory {part!r} is a symbolic link (use the directory it points to)") \
+                from None
+        if st.st_uid not in (0, os.geteuid()):
+            raise UnsafePath(f"{part!r} on the way to it is a symbolic link owned by {_user(st.st_uid)}") from None
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise UnsafePath("too many symbolic links on the way to it") from None
+        target = os.readlink(part, dir_fd=fd)
+        base = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if target.startswith("/") \
+            else os.dup(fd)
+        nxt = _descend(base, target, budget, final=False)
+    os.close(fd)
+    return nxt
+
+
+def _it(problem: str) -> str:
+    """`a FIFO, not a regular file` -> `is a FIFO, not a regular file`; `has 2 hard links...` unchanged."""
+    return problem if problem.startswith("has ") else "is " + problem
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -281,5 +496,5 @@ def _read(fd: int) -> bytes:
         return b""
 
 
-__all__ = ["Holder", "HostLock", "LockBusy", "ProcStart", "default_lock_path", "proc_start",
-           "read_holder"]
+__all__ = ["BundleLock", "Holder", "HostLock", "LockBusy", "ProcStart", "default_lock_path", "open_dir",
+           "proc_start", "read_holder"]

@@ -7,6 +7,7 @@ prints it and writes nothing.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..evidence.kinds import Kind
 from ..model import EvidenceSet, Verdict
+from .privileges import RunAs, relaunch_env, run_uid
 from .runbooks import Runbook, RunbookStep
+from .trust import FLAG, BundleCommand, bundle_commands
 
 if TYPE_CHECKING:
     from .prepare import Prepared
@@ -52,6 +55,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     driver: str | None = None            # --driver: overrides the runbook's restart driver
     deployment: str | None = None        # --deployment NS/NAME, for the kubectl argv the plan prints
+    bundle: list[BundleCommand] = field(default_factory=list)   # commands from the bundle: need confirming
+    run_as: RunAs | None = None          # who the relaunch runs as
+    env_dropped: list[str] = field(default_factory=list)          # `NAME: why` for variables a relaunch drops
 
 
 def build_plan(verdict: Verdict, runbook: Runbook, prepared: "Prepared",
@@ -70,9 +76,22 @@ def build_plan(verdict: Verdict, runbook: Runbook, prepared: "Prepared",
         plan.new_argv, plan.env = prepared.launch.argv, dict(prepared.launch.env)
         plan.launch_source = prepared.launch.source
     plan.notes = list(prepared.notes)
+    plan.run_as = prepared.run_as
+    plan.env_dropped = _env_dropped(prepared)
+    plan.bundle = bundle_commands([PlannedStep(n, s, ()) for n, s in enumerate(runbook.steps, 1)], prepared, driver)
     for number, step in enumerate(runbook.steps, 1):
         plan.steps.append(PlannedStep(number, step, tuple(_details(step, plan))))
     return plan
+
+
+def _env_dropped(prepared: "Prepared") -> list[str]:
+    """The code-loading variables the process driver's relaunch would not carry, and why."""
+    spec = prepared.launch
+    if spec is None:
+        return []
+    base, base_uid = (spec.base_env, spec.base_env_uid) if spec.base_env is not None else (dict(os.environ), os.geteuid())
+    _, dropped = relaunch_env(base, base_uid, spec.env, spec.bundle_env, run_uid(prepared.run_as))
+    return [f"{d.name}: {d.why}" for d in dropped]
 
 
 def server_url(evidence: EvidenceSet) -> str | None:
@@ -128,8 +147,13 @@ def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
     out = [f"driver: {driver}"]
     if driver == "kubectl":
         return out + _kubectl_details(step, plan)
+    from_bundle = next((b for b in plan.bundle if b.step == step.id), None)
     if step.action == "rollback":
-        return out + ["relaunch with the last known-good launch arguments recorded in actions.jsonl"]
+        if from_bundle is None:
+            return out + ["no known-good launch: the records of actions.jsonl this host's key authenticates hold "
+                          "no launch that served"]
+        return out + [f"from:    {from_bundle.source}", *from_bundle.lines(), *_identity_details(driver, plan),
+                      *_confirm_details(from_bundle)]
     env = {**plan.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
     if plan.launch_source:
         out.append(f"from:    {plan.launch_source}")
@@ -143,11 +167,34 @@ def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
         out.append(f"change:  {setting}: {old} -> {new}")
     for key, value in env.items():
         out.append(f"env:     {key}={value}")
+    if from_bundle is not None:
+        out.append(from_bundle.lines()[-1])              # its working directory
+    out += _identity_details(driver, plan)
     if driver == "process":
         out.append("output:  INCIDENT/recovery/relaunch-<UTC time>.log; new session, PID and start time recorded")
     elif driver == "systemctl":
         out.append("drop-in ExecStart/Environment beside the unit (--unit), daemon-reload, restart, is-active")
+    if from_bundle is not None:
+        out += _confirm_details(from_bundle)
     return out
+
+
+def _identity_details(driver: str, plan: Plan) -> list[str]:
+    if driver == "systemctl":
+        return ["runs as: the unit's own User= (systemd starts it; not changed here); variables from the bundle "
+                "that change which code runs are not written into the drop-in"]
+    run_as = plan.run_as
+    if run_as is None:
+        return []
+    if run_as.problem:
+        return [f"runs as: REFUSED: {run_as.problem}"]
+    who = f"{run_as.creds.describe()} — {run_as.source}" if run_as.creds else run_as.source
+    return [f"runs as: {who}", *(f"dropped: {line}" for line in plan.env_dropped)]
+
+
+def _confirm_details(cmd: BundleCommand) -> list[str]:
+    return [f"confirm: this command comes from the incident bundle, so --yes does not confirm it: --execute shows "
+            f"it at a prompt, or give {FLAG} {cmd.digest}"]
 
 
 def _kubectl_details(step: RunbookStep, plan: Plan) -> list[str]:
@@ -191,7 +238,18 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "new_argv": plan.new_argv,
         "env": plan.env,
         "changes": [{"setting": s, "from": old, "to": new} for s, old, new in plan.diff],
+        "bundle_commands": [b.json() for b in plan.bundle],
+        "run_as": _run_as_json(plan.run_as),
+        "env_dropped": plan.env_dropped,
         "steps": [{"number": ps.number, "id": ps.step.id, "title": ps.step.title, "action": ps.step.action,
                    "timeout_s": ps.step.timeout_s, "on_failure": ps.step.on_failure, "verify": ps.step.verify,
                    "details": list(ps.details)} for ps in plan.steps],
     }
+
+
+def _run_as_json(run_as: RunAs | None) -> dict[str, Any] | None:
+    if run_as is None:
+        return None
+    creds = run_as.creds
+    return {"uid": creds.uid if creds else None, "gid": creds.gid if creds else None,
+            "groups": list(creds.groups) if creds else None, "source": run_as.source, "problem": run_as.problem}

@@ -5,7 +5,12 @@
 * how to launch it again: the running server's own command line, cwd and environment when it
   is still there, else the command an earlier run recorded, `launch:` in incident.yaml, or the
   command line in the logs — with the verdict's changes applied and nothing else;
-* the URL to probe, the model name, and the last launch that served (for rollback).
+* the URL to probe, the model name, and the last launch that served (for rollback);
+* who the relaunch runs as: the server's own uid, gid and groups (`privileges.py`).
+
+Only the records of actions.jsonl that this host's key authenticates are read (`audit.py`):
+anyone who can write the bundle can append the others. Where a command comes from is kept
+(`LaunchSpec.origin`): one read from the bundle runs only once confirmed (`trust.py`).
 
 Reading /proc is the only thing done here, so the dry run shows the same PIDs the execution
 will act on.
@@ -24,8 +29,10 @@ from ..advice import apply_changes
 from ..bundle import read_incident
 from ..errors import BadInput
 from ..model import EvidenceSet, OomClass, Verdict
-from .context import LaunchSpec
-from .identify import Candidate, Identification, ServerProcess, candidates_from_evidence, identify
+from .context import BUNDLE, FLAG, LIVE, LaunchSpec
+from .identify import (Candidate, Identification, ServerProcess, candidates_from_evidence, identify,
+                       scope_to_verdict)
+from .privileges import RunAs, read_creds, server_identity
 from .redact import MASK as MASK_MARK
 from .plan import server_url
 
@@ -42,16 +49,21 @@ class Prepared:
     launch: LaunchSpec | None
     known_good: list[str] | None
     notes: list[str]
+    run_as: RunAs | None = None          # who a relaunch runs as (read before anything is stopped)
 
 
 def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: list[dict[str, Any]], *,
             pids: tuple[int, ...] = (), url: str | None = None, launch_command: str | None = None,
-            in_pod: bool = False) -> Prepared:
-    notes: list[str] = []
+            in_pod: bool = False, untrusted: list[dict[str, Any]] | None = None) -> Prepared:
+    """`records`: the actions.jsonl records this host's key authenticates; `untrusted`: the others,
+    read only to say in the plan what was ignored."""
+    notes: list[str] = untrusted_notes(untrusted or [])
     model = _model(verdict)
     records = this_host(records, notes)
     relaunched = _relaunched(records)
-    logged = _this_host(candidates_from_evidence(evidence), notes)
+    # Only the failing server's own log names candidates: PIDs of a replica's log are refused.
+    logged, elsewhere = scope_to_verdict(candidates_from_evidence(evidence), verdict, evidence, notes)
+    logged = _this_host(logged, notes)
     if in_pod and logged:
         # The server runs in a pod: the PIDs its log prints are numbers in the pod's own PID namespace,
         # and the same numbers here name other processes (another replica of the same model, even).
@@ -63,6 +75,7 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
               for r in relaunched if r.get("pid") and r.get("start_ticks") is not None]
     cands += _gpu_candidates(notes)
     ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")])
+    ident.refuse([] if in_pod else elsewhere)      # in a pod, log PIDs are another namespace's numbers
     launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
     if launch is not None and launch.base_env is None and not in_pod and not launch.source.startswith("the running"):
         watch = ("CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN")
@@ -71,7 +84,24 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
                      f"shell's environment (here: {keys}) plus the changes shown; put what it needs in incident.yaml "
                      "launch.env or before the command in --launch-command")
     found_url = url or _relaunch_url(records) or server_url(evidence)
-    return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes)
+    run_as = server_identity(p.info.pid for p in ident.processes)
+    return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes, run_as)
+
+
+def untrusted_notes(untrusted: list[dict[str, Any]]) -> list[str]:
+    """What the plan says about records this host's key does not authenticate: how many, and every
+    PID such a record would have named as a server an earlier run relaunched."""
+    if not untrusted:
+        return []
+    notes = [f"{len(untrusted)} record(s) in actions.jsonl are not authenticated by this host's key: ignored "
+             "(not used to find PIDs, launches that served or where to resume); `triage audit verify` lists them"]
+    for rec in untrusted:
+        launched = (rec.get("data") or {}).get("launched") if isinstance(rec.get("data"), dict) else None
+        if isinstance(launched, dict) and launched.get("pid"):
+            notes.append(f"actions.jsonl record {rec.get('seq')} names pid {launched.get('pid')} as a server an "
+                         "earlier run relaunched, but it is not authenticated by this host's key: that PID is not "
+                         "a candidate")
+    return notes
 
 
 def _this_host(cands: list[Candidate], notes: list[str], host: str | None = None) -> list[Candidate]:
@@ -148,12 +178,17 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     cwd: str | None = None
     old: list[str] | None = None
     env: dict[str, str] = {}
+    base_uid: int | None = None
+    origin = BUNDLE
     if launch_command:
         old, env = _split_command(launch_command)
-        source = "--launch-command"
+        source, origin = "--launch-command", FLAG
     elif (server := _server_root(ident)) is not None:
         old, source = list(server.info.cmdline), f"the running {server.role} pid {server.info.pid}"
+        origin = LIVE
         cwd, base_env = _cwd(server.info.pid), _environ(server.info.pid)
+        creds = read_creds(server.info.pid)
+        base_uid = None if isinstance(creds, str) else creds.uid
         if base_env is None or cwd is None:
             notes.append(f"cannot read the {'environment' if base_env is None else 'working directory'} of pid "
                          f"{server.info.pid} (another user's process?): the relaunch would get this shell's "
@@ -170,13 +205,15 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
         old, env = _split_command(verdict.command)
         notes.append("launch command rebuilt from vLLM's 'non-default args' line: check it, or give --launch-command")
         source = "rebuilt from the logs"
-        return LaunchSpec(old, env, cwd, base_env, source, None)
+        return LaunchSpec(old, env, cwd, base_env, source, None, origin=BUNDLE, bundle_env=tuple(env))
     else:
         return None
     facts = verdict.facts
     new, rec_env = apply_changes(old, verdict.recommendations, str(facts.get("engine") or "vllm"),
                                  facts.get("engine_version"), facts.get("engine_mode"))
-    return LaunchSpec(new, {**env, **rec_env}, cwd, base_env, source, old)
+    from_bundle = tuple(k for k in env if k not in rec_env) if origin == BUNDLE else ()
+    return LaunchSpec(new, {**env, **rec_env}, cwd, base_env, source, old, origin=origin, bundle_env=from_bundle,
+                      base_env_uid=base_uid)
 
 
 def _server_root(ident: Identification) -> ServerProcess | None:

@@ -11,11 +11,12 @@ from typing import Callable, Sequence
 
 from ..errors import BadInput, ExitCode, TriageError
 from ..model import EvidenceSet, Verdict
-from . import interrupts
+from ..safefile import kind_at
+from . import interrupts, trust
 from .audit import AuditLog
 from .context import ExecOptions, RunContext
 from .executor import Executor, RunReport, StepReport, resume_point
-from .lock import HostLock
+from .lock import BundleLock, HostLock
 from .plan import Plan, PlannedStep, build_plan
 from .prepare import Prepared, prepare
 from .runbooks import load_runbooks, select, with_overrides
@@ -47,6 +48,10 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
     root = Path(incident)
     if not root.is_dir():
         raise TriageError(f"{incident}: recovery needs an incident directory (it keeps actions.jsonl)")
+    planted = kind_at(root / "actions.jsonl")
+    if planted:                        # reading a FIFO would hang the run before it prints anything
+        raise TriageError(f"{root / 'actions.jsonl'}: {planted}, not a regular file: refusing to recover "
+                          "(move it aside)")
     verdict, evidence = classify_paths([incident])
     name = runbook_name or verdict.runbook
     if not name:
@@ -61,8 +66,9 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
     seen = _audit_state(audit)
     relaunch = next((s for s in book.steps if s.action in ("restart", "rollback")), None)
     in_pod = (driver or (str(relaunch.params.get("driver", "process")) if relaunch else None)) == "kubectl"
-    prepared = prepare(root, verdict, evidence, audit.records(), pids=tuple(pids), url=url,
-                       launch_command=launch_command, in_pod=in_pod)
+    trusted, untrusted = audit.authenticated()         # only this host's own records decide anything
+    prepared = prepare(root, verdict, evidence, trusted, pids=tuple(pids), url=url,
+                       launch_command=launch_command, in_pod=in_pod, untrusted=untrusted)
     plan = build_plan(verdict, book, prepared, driver=driver, deployment=deployment)
     return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen)
 
@@ -109,9 +115,24 @@ def preflight(session: Session, options: ExecOptions, done: Sequence[str] = ()) 
             problems.append(f"{where} has no command to start the server with: give --launch-command '…' "
                             "(or launch: {argv: […]} in incident.yaml)")
         if step.action == "rollback" and not p.known_good:
-            problems.append(f"{where} has no known-good launch: actions.jsonl records no launch that served, and "
-                            "the original command never served; relaunch by hand")
+            problems.append(f"{where} has no known-good launch: actions.jsonl records (authenticated by this host's "
+                            "key) hold no launch that served, and the original command never served; relaunch by hand")
+        if driver == "process":
+            problems += [f"{where}: {why}" for why in _identity_problems(p, step.action)]
     return problems
+
+
+def _identity_problems(p: Prepared, action: str) -> list[str]:
+    """A relaunch never gains privileges: the server's own user, never root in another user's directory."""
+    from .context import rollback_spec
+    from .privileges import cwd_problem, identity_problem, run_uid
+
+    out = [why for why in (identity_problem(p.run_as),) if why]
+    spec = rollback_spec(p.known_good, p.launch) if action == "rollback" and p.known_good else p.launch
+    cwd = cwd_problem(spec.cwd if spec else None, run_uid(p.run_as))
+    if cwd:
+        out.append(cwd + "; give --launch-command to run it from the directory triage runs in")
+    return out
 
 
 def _redo_stop(session: Session, done: list[str], say: Callable[[str], None]) -> list[str]:
@@ -147,7 +168,9 @@ def execute(session: Session, options: ExecOptions, *, show_step: Callable[[Plan
     if not check.ok:
         raise TriageError(f"{session.audit.path}: {check.problems[0]} — the audit trail is broken; "
                           "move it aside (keep it for the postmortem) before recovering again")
-    with HostLock(lock_path) as lock:
+    # The host lock keeps one recovery per host; the bundle lock one per incident even when two runs
+    # were given different host lock paths. Both are held for the whole run.
+    with HostLock(lock_path) as lock, BundleLock(session.incident):
         if lock.warning:
             options.say(f"warning: {lock.warning}")
         if _audit_state(session.audit) != session.audit_seen:
@@ -162,11 +185,15 @@ def execute(session: Session, options: ExecOptions, *, show_step: Callable[[Plan
         if resume_from and done:
             options.say(f"resuming run {resume_from}: steps {', '.join(done)} already completed")
         p = session.prepared
+        session.audit.signing_key()          # no key, no run: refused before anything is written
+        trust.confirm(trust.bundle_commands(session.plan.steps, p, options.driver, done), options,
+                      str(session.incident))
         ctx = RunContext(session.incident, session.plan.runbook.id, p.model, p.url, p.identification, p.launch,
                          options, known_good=p.known_good, verdict=session.verdict,
-                         relaunch_driver=_relaunch_driver(session, options))
+                         relaunch_driver=_relaunch_driver(session, options), run_as=p.run_as)
         with interrupts.handled():
-            return Executor(session.plan, ctx, session.audit, show_step, show_result).run(resume_from, done)
+            return Executor(session.plan, ctx, session.audit, show_step, show_result,
+                            audit_seen=session.audit_seen).run(resume_from, done)
 
 
 def _relaunch_driver(session: Session, options: ExecOptions) -> str | None:

@@ -31,6 +31,9 @@ class SimArgs:
     max_num_batched_tokens: int | None = None
     enable_prefix_caching: bool | None = None     # None: the V1 engine decides (on)
     enforce_eager: bool = False
+    api_key: str | None = None                    # accepted and logged as vLLM logs it; not enforced
+    hf_token: str | None = None
+    ssl_keyfile_password: str | None = None
     scenario: str = "healthy"
     sim_gpu_gib: float = 80.0
     sim_weights_gib: float = 16.0
@@ -75,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     vllm.add_argument("--max-num-batched-tokens", type=int, default=None)
     vllm.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     vllm.add_argument("--enforce-eager", action="store_true", default=False)
+    # Secrets on the command line, as deployments pass them: logged in `non-default args` the way
+    # vLLM logs them (so recovery and every output must mask them); requests are not checked.
+    vllm.add_argument("--api-key", default=None)
+    vllm.add_argument("--hf-token", default=None)
+    vllm.add_argument("--ssl-keyfile-password", default=None)
     sim = p.add_argument_group("simulator only")
     sim.add_argument("--scenario", choices=SCENARIOS, default="healthy")
     sim.add_argument("--sim-gpu-gib", type=float, default=80.0, help="simulated GPU memory")
@@ -139,4 +147,7 @@ def non_default_args(args: SimArgs) -> dict[str, Any]:
         out["max_num_batched_tokens"] = args.max_num_batched_tokens
     if args.max_num_seqs != 256:
         out["max_num_seqs"] = args.max_num_seqs
+    for name in ("api_key", "hf_token", "ssl_keyfile_password"):
+        if getattr(args, name) is not None:
+            out[name] = getattr(args, name)
     return out

@@ -7,12 +7,13 @@ module's own verifier, so an edited or truncated line is reported with its line 
 """
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..recovery.redact import redact_output
+from ..safefile import kind_at
+from ..safejson import loads
 from ..timeref import parse_iso
 from .raw import Raw
 
@@ -25,6 +26,9 @@ def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
     path = Path(incident) / FILENAME
     if not path.exists():
         return [], [], False
+    found = kind_at(path)
+    if found is not None:          # a FIFO would block the readers below
+        return [], [f"{FILENAME}: {found}, not a regular file; skipped"], True
     from ..recovery.audit import verify
 
     problems = [_cite(p) for p in verify(path).problems]
@@ -37,8 +41,8 @@ def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            obj = loads(raw.decode("utf-8"))      # bounded nesting; NaN / Infinity read as None
+        except (UnicodeDecodeError, ValueError):
             continue                      # verify() reported it with its line number
         if isinstance(obj, dict):
             if _time(obj) is None:

@@ -53,6 +53,7 @@ def build_timeline(incident: str | Path, *, evidence: EvidenceSet | None = None)
     # A skipped README or rendered postmortem is no problem of the timeline; a damaged log is.
     skipped = [w for w in evidence.warnings if not w.endswith("(not an evidence file)")]
     problems = info.problems + skipped + found.problems + note_problems + action_problems + result.problems
+    problems = list(dict.fromkeys(problems))   # a skipped incident.yaml is seen by both readers
     # Every export (table, --json, --csv, the postmortem) starts from this object: nothing unmasked leaves it.
     return Timeline(
         incident_id=redact_output(info.id),

@@ -5,8 +5,6 @@ triage/cli.py next to the simulator.
 """
 from __future__ import annotations
 
-import json
-
 import click
 
 from .model import MOMENT_NAMES
@@ -23,17 +21,18 @@ from .model import MOMENT_NAMES
 @click.option("--author", metavar="NAME", help="Who noted it (default: the current user).")
 def note(incident: str, text: str, at: str | None, moment: str | None, author: str | None) -> None:
     """Append a note to INCIDENT/notes.jsonl (a timeline entry; secrets are masked)."""
+    from ..output import echo
     from .incident import load_incident
     from .notes import append_note
 
     record = append_note(incident, text, at=at, moment=moment, author=author)
     broken = load_incident(incident, strict=False).yaml_error
     if broken:       # the note is kept; the rest of the tooling needs the file fixed
-        click.echo(f"triage: warning: {broken}", err=True)
+        echo(f"triage: warning: {broken}", err=True)
     marks = f" (sets {record['moment']})" if record.get("moment") else ""
-    click.echo(f"noted at {record['time']}{marks}: {record['text']}")
+    echo(f"noted at {record['time']}{marks}: {record['text']}")
     if record.get("at_note"):
-        click.echo(f"  --at {record['at_note']}")
+        echo(f"  --at {record['at_note']}")
 
 
 @click.command(name="timeline")
@@ -46,6 +45,7 @@ def timeline(incident: str, as_json: bool, as_csv: bool) -> None:
     Problems (events out of order, corrupt notes or audit lines) and missing parts are listed,
     never silently dropped.
     """
+    from ..output import echo, echo_json
     from .build import build_timeline
 
     if as_json and as_csv:
@@ -54,15 +54,15 @@ def timeline(incident: str, as_json: bool, as_csv: bool) -> None:
     if as_json:
         from .render import to_json
 
-        click.echo(json.dumps(to_json(tl), indent=2, ensure_ascii=False))
+        echo_json(to_json(tl), indent=2, ensure_ascii=False)
     elif as_csv:
         from .render import to_csv
 
-        click.echo(to_csv(tl), nl=False)
+        echo(to_csv(tl), nl=False)
     else:
         from .render import render_timeline
 
         render_timeline(tl)
         return
     for problem in tl.problems:      # machine output stays clean; people still hear about it
-        click.echo(f"triage: warning: {problem}", err=True)
+        echo(f"triage: warning: {problem}", err=True)

@@ -13,16 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterator
 
+from ..budget import engine_budget as _engine_budget
 from ..evidence.kinds import GPU_OOM_KINDS, Kind
 from ..model import Evidence, EvidenceSet
+from ..thresholds import DISCREPANCY, KV_CRITICAL, KV_HIGH, WAITING_HIGH
 from ..timeref import parse_iso
 from .raw import Raw, node_from_file, where
 
-KV_HIGH = 0.90            # "first warning signs": KV cache usage over 90% ...
-KV_CRITICAL = 0.95        # ... and over 95%
-WAITING_HIGH = 10         # a waiting queue this long means requests are piling up
 GPU_FULL = 0.98           # nvidia-smi used/total with no engine budget to compare to
-DISCREPANCY = 0.03        # used share above the engine's gpu_memory_utilization budget (same 3 points as the classifier)
 RELEASED = 0.05           # a GPU that was busy and reads below this: its process is gone
 REARM = 0.05              # hysteresis: a threshold fires again only after falling this far below it
 
@@ -45,6 +43,7 @@ _DIRECT: dict[str, tuple[str, str]] = {
     Kind.HOST_MEMORY_EXHAUSTED.value: ("host_memory_exhausted", "failure"),
     Kind.PROCESS_CRASH.value: ("process_crash", "failure"),
     Kind.SETUP_ERROR.value: ("setup_error", "failure"),
+    Kind.SOFTWARE_FAULT.value: ("software_fault", "failure"),
     Kind.EXCEPTION.value: ("exception", "signal"),
     Kind.PREEMPTION.value: ("preemption", "signal"),
     Kind.ENGINE_VERSION.value: ("server_start", "lifecycle"),
@@ -54,7 +53,7 @@ _DIRECT: dict[str, tuple[str, str]] = {
 # Kinds whose every line is its own identity (no two are "the same event" unless at the same time).
 _KEYED_BY_KIND = {"gpu_oom", "engine_dead", "process_died", "host_oom_kill", "gpu_fault", "cuda_error",
                   "nccl_error", "preemption", "server_start", "startup_complete", "engine_start_failed",
-                  "request_failed", "process_crash", "setup_error", "host_memory_exhausted"}
+                  "request_failed", "process_crash", "setup_error", "host_memory_exhausted", "software_fault"}
 _NODE_LABELS = ("Hostname", "hostname", "node", "host", "kubernetes_node", "nodename", "pod", "instance")
 _IMPACT_ALERT = re.compile(r"error|5xx|unavailable|down(?:$|[^a-z])|outage|availability|failing|crash", re.I)
 
@@ -299,25 +298,9 @@ def _reading_event(r: _Reading, kind: str) -> Raw:
 
 
 def engine_budget(evidence: EvidenceSet) -> float | None:
-    """The engine's gpu_memory_utilization, from its launch arguments or vllm:cache_config_info."""
-    for rec in evidence.of(Kind.LAUNCH_CONFIG.value):
-        value = _fraction((rec.fields.get("args") or {}).get("gpu_memory_utilization"))
-        if value is not None:
-            return value
-    for rec in evidence.of(Kind.METRIC.value):
-        if rec.fields.get("name") == "cache_config":
-            value = _fraction((rec.fields.get("labels") or {}).get("gpu_memory_utilization"))
-            if value is not None:
-                return value
-    return None
-
-
-def _fraction(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if 0 < v <= 1 else None
+    """The engine's gpu_memory_utilization (triage.budget: the same reading as the classifier's)."""
+    found = _engine_budget(evidence)
+    return found[0] if found else None
 
 
 _VOLATILE = re.compile(r"\b(?:cmpl|chatcmpl|req|seq)-[0-9a-f-]+\b|\b0x[0-9a-f]+\b|\d+(?:\.\d+)?", re.I)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..bundle import read_incident, zone
 from ..errors import BadInput
+from ..safefile import NotRegular
 from ..timeref import parse_iso
 
 
@@ -41,17 +42,20 @@ def load_incident(path: str | Path, *, strict: bool = True) -> IncidentInfo:
     (a note must still be recordable in the middle of an outage)."""
     root = incident_dir(path)
     yaml_error = None
+    problems: list[str] = []
     try:
         meta, yaml_path = read_incident(root)
         has_yaml = yaml_path is not None
+    except NotRegular as exc:     # a FIFO or device named incident.yaml: read as if there were none
+        meta, has_yaml, yaml_error = {}, False, f"{exc}; skipped"
+        problems.append(yaml_error)
     except BadInput as exc:
         if strict:
             raise
         meta, has_yaml, yaml_error = {}, True, str(exc)
-    problems: list[str] = []
     created = parse_iso(str(meta["created"])) if meta.get("created") else None
     if meta.get("created") and created is None:
-        problems.append(f"incident.yaml created: {meta['created']!r} is not a time (use 2026-03-12T14:17:05Z); "
+        problems.append(f"incident.yaml created: {str(meta['created'])[:60]!r} is not a time (use 2026-03-12T14:17:05Z); "
                         "the incident's date is taken from the evidence")
     tz, tz_note = timezone.utc, "UTC (assumed: no timezone in incident.yaml)" if has_yaml else "UTC (assumed: no incident.yaml)"
     if meta.get("timezone"):

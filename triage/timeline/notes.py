@@ -23,7 +23,9 @@ from typing import Any
 
 from ..errors import BadInput
 from ..recovery.redact import redact_output
-from ..timeref import parse_iso
+from ..safefile import NotRegular, open_append, read_regular
+from ..safejson import loads
+from ..timeref import MAX_YEAR, MIN_YEAR, parse_iso
 from .incident import IncidentInfo, load_incident
 from .model import MOMENT_NAMES
 
@@ -88,6 +90,8 @@ def _full(text: str, incident: IncidentInfo, given: str) -> tuple[datetime, str]
                                "2026-03-12T14:19:00Z)") from None
     if "T" not in iso and len(iso) <= 10:
         raise BadInput("--at", f"{given!r} has no time of day (use 2026-03-12 14:19)")
+    if not MIN_YEAR <= parsed.year <= MAX_YEAR:     # and the zone arithmetic below cannot overflow
+        raise BadInput("--at", f"{given!r} is not a time from {MIN_YEAR} to {MAX_YEAR}")
     if parsed.tzinfo is None:
         local = parsed.replace(tzinfo=incident.tz)
         return local.astimezone(timezone.utc), f"{text} read in zone {incident.tz_note}"
@@ -123,12 +127,9 @@ def append_note(incident: str | Path, text: str, *, at: str | None = None, momen
 
 def _append_line(path: Path, line: str) -> None:
     data = line.encode("utf-8")
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-    existed = path.exists()
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        raise BadInput(str(path), f"cannot open for appending: {exc.strerror or exc}") from None
+    # Never through a symlink or a hard link (the bundle's writer may have planted one to make a
+    # root `triage note` append to another file), never blocking on a FIFO.
+    fd, created = open_append(path)
     try:
         if os.write(fd, data) != len(data):     # one write: concurrent notes never interleave
             raise BadInput(str(path), "short write; the last line may be incomplete")
@@ -137,7 +138,7 @@ def _append_line(path: Path, line: str) -> None:
         raise BadInput(str(path), f"cannot write: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    if not existed:
+    if created:
         _fsync_dir(path.parent)
 
 
@@ -176,11 +177,13 @@ def read_notes(incident: str | Path) -> tuple[list[Note], list[str]]:
     notes: list[Note] = []
     problems: list[str] = []
     try:
-        raw_lines = path.read_bytes().split(b"\n")
+        raw_lines = read_regular(path).split(b"\n")    # a FIFO is skipped at once, not waited on
     except FileNotFoundError:
         return notes, problems
-    except OSError as exc:
-        return notes, [f"{FILENAME}: cannot read: {exc.strerror or exc}"]
+    except NotRegular as exc:
+        return notes, [f"{FILENAME}: {exc.problem}; skipped"]
+    except BadInput as exc:
+        return notes, [f"{FILENAME}: {exc.problem}"]
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
     for n, raw in enumerate(raw_lines, 1):
@@ -196,8 +199,8 @@ def read_notes(incident: str | Path) -> tuple[list[Note], list[str]]:
 
 def _note(n: int, raw: bytes) -> tuple[Note | None, str | None]:
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        obj = loads(raw.decode("utf-8"))        # bounded nesting; NaN / Infinity read as None
+    except (UnicodeDecodeError, ValueError):
         return None, "not JSON (a truncated or hand-edited line?)"
     if not isinstance(obj, dict):
         return None, "not a JSON object"

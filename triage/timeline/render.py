@@ -1,9 +1,14 @@
-"""A timeline as a DataFrame, JSON (`triage.timeline/v1`), CSV, or a rich table for people."""
+"""A timeline as a DataFrame, JSON (`triage.timeline/v1`), CSV, or a rich table for people.
+
+Every export is masked (`triage.redact.redact_output`) as it is made, on top of the masking the
+timeline's build already did: a row is masked before it is cut or laid out.
+"""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from ..redact import mask_text, redact_output
 from ..units import clock_parts
 from .model import DURATION_LABELS, DURATIONS, MOMENT_NAMES, Event, Moment, Timeline
 
@@ -15,8 +20,9 @@ def to_frame(timeline: Timeline):
     """One row per event; times are UTC pandas Timestamps, sources joined with "; "."""
     import pandas as pd
 
-    rows = [{"time": e.time, "until": e.until, "count": e.count, "node": e.node, "category": e.category,
-             "kind": e.kind, "text": e.text, "sources": "; ".join(e.sources)} for e in timeline.events]
+    rows = [redact_output({"time": e.time, "until": e.until, "count": e.count, "node": e.node,
+                           "category": e.category, "kind": e.kind, "text": e.text, "sources": "; ".join(e.sources)})
+            for e in timeline.events]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     for col in ("time", "until"):
         frame[col] = pd.to_datetime(frame[col], utc=True)
@@ -31,7 +37,7 @@ def to_csv(timeline: Timeline) -> str:
 
 
 def to_json(timeline: Timeline) -> dict[str, Any]:
-    return {
+    return redact_output({
         "schema": SCHEMA_ID,
         "incident": {"id": timeline.incident_id, "title": timeline.title},
         "fleet_size": timeline.fleet_size,
@@ -44,7 +50,7 @@ def to_json(timeline: Timeline) -> dict[str, Any]:
         "events": [_event(e) for e in timeline.events],
         "problems": list(timeline.problems),
         "missing": list(timeline.missing),
-    }
+    })
 
 
 def _moment(m: Moment) -> dict[str, Any]:
@@ -112,7 +118,7 @@ def render_timeline(timeline: Timeline, console=None) -> None:
     table.add_column("source", overflow="fold", ratio=1)
     for e in timeline.events:
         when = e.time.strftime(stamp)
-        text = Text(_short(e.text))
+        text = Text(_short(mask_text(e.text)))
         if e.count > 1 and e.until is not None:
             text.append(f"  ×{e.count}, until {e.until.strftime(stamp)}", style="bold")
         elif e.until is not None:

@@ -9,6 +9,12 @@
 
 The step succeeds when the server announces its URL (or the known URL answers /health) and
 fails as soon as the new process exits, with the tail of its log.
+
+The process driver starts the server as the stopped server's own user (`privileges.py`): a
+recovery running as root switches to its uid, gid and groups, and variables that change which
+code runs are carried only from that user's own environment. systemd and Kubernetes start the
+process themselves, as the unit's or the pod's user; the systemctl drop-in never gets such a
+variable from the bundle.
 """
 from __future__ import annotations
 
@@ -24,7 +30,9 @@ from typing import Any
 from ...advice import apply_changes
 from ...bundle import RELAUNCH_DIR
 from ...live.server import health
-from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok
+from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok, rollback_spec
+from ..privileges import (Creds, bundle_env_dropped, cwd_problem, identity_problem, popen_identity, relaunch_env,
+                          run_uid)
 from ..procs import boot_id, gone, read_proc
 from ..runbooks import RunbookStep
 
@@ -55,11 +63,7 @@ def rollback(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
         return failed("relaunch by hand with the command that last served",
                       "no known-good launch: actions.jsonl has no launch that passed a health check, and the "
                       "original command never served")
-    base = ctx.launch
-    spec = LaunchSpec(argv=list(ctx.known_good), env={}, cwd=base.cwd if base else None,
-                      base_env=base.base_env if base else None, source="the last launch that served (actions.jsonl)",
-                      old_argv=base.argv if base else None)
-    return _drive(step, ctx, deadline, spec, {})
+    return _drive(step, ctx, deadline, rollback_spec(ctx.known_good, ctx.launch), {})
 
 
 def _driver(step: RunbookStep, ctx: RunContext) -> str:
@@ -84,25 +88,34 @@ def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[st
         return failed("give the command with --launch-command from the right directory, or fix launch.cwd",
                       f"the server's working directory {spec.cwd} is gone: relative paths in its command would "
                       "resolve elsewhere")
+    me = Creds.mine()
+    uid = run_uid(ctx.run_as, me)
+    refused = identity_problem(ctx.run_as, me) or cwd_problem(spec.cwd, uid)
+    if refused:                  # preflight refuses this before the first step; checked again here
+        return failed("relaunch the server by hand, as its own user", refused)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     log_dir = ctx.incident / RELAUNCH_DIR
     log_dir.mkdir(exist_ok=True)
     log_path = log_dir / f"relaunch-{stamp}.log"
-    full_env = {**(spec.base_env if spec.base_env is not None else os.environ), **env}
+    base, base_uid = (spec.base_env, spec.base_env_uid) if spec.base_env is not None else (dict(os.environ), me.uid)
+    full_env, dropped = relaunch_env(base, base_uid, env, spec.bundle_env, uid)
     cwd = spec.cwd or None
-    lines = [f"argv: {shlex.join(spec.argv)}", *(f"env: {k}={v}" for k, v in env.items()),
+    who = ctx.run_as.creds.describe() if ctx.run_as and ctx.run_as.creds else f"uid {uid} (this process's user)"
+    lines = [f"argv: {shlex.join(spec.argv)}", *(f"env: {k}={v}" for k, v in env.items() if k in full_env),
+             *(f"env dropped: {d.name}: {d.why}" for d in dropped), f"runs as: {who}",
              f"log: {log_path.relative_to(ctx.incident)}"]
     with open(log_path, "ab") as out:
         try:
             proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    cwd=cwd, env=full_env, start_new_session=True, close_fds=True)
-        except OSError as exc:
+                                    cwd=cwd, env=full_env, start_new_session=True, close_fds=True,
+                                    **popen_identity(ctx.run_as, me))
+        except (OSError, subprocess.SubprocessError) as exc:
             return failed("check the command (is the program on PATH for this user?)", *lines,
-                          f"cannot start {spec.argv[0]!r}: {exc.strerror or exc}")
+                          f"cannot start {spec.argv[0]!r}: {getattr(exc, 'strerror', None) or exc}")
     _KEEP.append(proc)
     info = read_proc(proc.pid)
     launched: dict[str, Any] = {"pid": proc.pid, "start_ticks": info.start_ticks if info else None,
-                                "boot_id": boot_id(), "argv": spec.argv, "env": sorted(env),
+                                "boot_id": boot_id(), "argv": spec.argv, "env": sorted(env), "uid": uid,
                                 "log": str(log_path.relative_to(ctx.incident)), "driver": "process"}
     ctx.launched.append(launched)
     lines.append(f"started pid {proc.pid} in its own session")
@@ -160,6 +173,10 @@ def _systemctl(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[
         return failed("give the unit with --unit NAME", "the systemctl driver needs the unit name")
     dropin = systemd_dropin(unit)
     lines = [f"drop-in: {dropin}"]
+    withheld = bundle_env_dropped(env, spec.bundle_env)
+    if withheld:                 # the unit may run as root: code-loading variables from the bundle stay out
+        env = {k: v for k, v in env.items() if k not in withheld}
+        lines.append("not written (from the incident bundle, and they change which code runs): " + ", ".join(withheld))
     try:
         dropin.parent.mkdir(parents=True, exist_ok=True)
         tmp = dropin.with_suffix(".tmp")

@@ -1,0 +1,92 @@
+"""The signature data file proves itself: every entry is well-formed, every example matches (and
+yields the fields it lists), no counter-example does, every pattern stays fast on long hostile
+lines, and the compiled form the classifier loads is current."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from triage.evidence import sigdata
+from triage.evidence.extractors import EXTRACTORS
+from triage.evidence.kinds import Kind
+
+RAW = sigdata.load_raw()
+ENTRIES = {e.id: e for e in sigdata.entries()}
+
+
+def _match(entry: sigdata.Entry, line: str):
+    if not any(g in line for g in entry.guards):
+        return None
+    m = re.compile(entry.pattern).search(line)
+    if not m:
+        return None
+    extract = sigdata.matcher(entry, EXTRACTORS)
+    return extract(m, line) if extract is not None else {}
+
+
+def test_data_file_is_valid():
+    sigdata.validate(RAW, kinds={k.value for k in Kind}, extractors=set(EXTRACTORS))
+    assert len(ENTRIES) == len(RAW) >= 100
+
+
+def test_compiled_form_is_current():
+    """`python -m triage.evidence.sigdata build` was run after the last edit of the YAML."""
+    import hashlib
+    import json
+
+    doc = json.loads(sigdata.COMPILED.read_text(encoding="utf-8"))
+    assert doc["sha256"] == hashlib.sha256(sigdata.DATA.read_bytes()).hexdigest()
+    assert doc["signatures"] == sigdata.compiled_form(RAW)
+
+
+@pytest.mark.parametrize("item", RAW, ids=[i["id"] for i in RAW])
+def test_examples_match_and_counter_examples_do_not(item):
+    entry = ENTRIES[item["id"]]
+    for example in item["examples"]:
+        line, want = (example["line"], example.get("fields", {})) if isinstance(example, dict) else (example, {})
+        fields = _match(entry, line)
+        assert fields is not None, f"{entry.id}: example does not match: {line!r}"
+        for key, value in want.items():
+            assert fields.get(key) == value, f"{entry.id}: {key}={fields.get(key)!r}, expected {value!r}"
+    for line in item.get("counter_examples") or []:
+        assert _match(entry, line) is None, f"{entry.id}: counter-example matches: {line!r}"
+
+
+def _hostile_lines(entry: sigdata.Entry) -> list[str]:
+    guard = entry.guards[0]
+    n = 20_000
+    return [guard + " " * n + "x", guard + ("a " * (n // 2)) + "!", (guard + " ") * 200 + "(" * 2000,
+            guard + "\t" * n + "\n", guard + "1." * (n // 2), guard + ":" + "=" * n + "'", "(" + guard + "a" * n]
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES.values()), ids=list(ENTRIES))
+def test_patterns_stay_linear_on_long_hostile_lines(entry):
+    pattern = re.compile(entry.pattern)
+    for line in _hostile_lines(entry):
+        start = time.perf_counter()
+        pattern.search(line)
+        assert time.perf_counter() - start < 0.25, f"{entry.id}: slow on a long line"
+
+
+def test_entries_cite_a_source_and_a_reason():
+    for item in RAW:
+        assert len(item["why"]) >= 30 and item["source"], item["id"]
+
+
+def test_a_stale_compiled_form_falls_back_to_the_yaml(tmp_path):
+    """An edited data file whose compiled form was not rebuilt is still read (from the YAML)."""
+    data = tmp_path / "signatures.yaml"
+    data.write_text(sigdata.DATA.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "signatures.compiled.json").write_text('{"sha256": "stale", "signatures": []}')
+    loaded = sigdata.entries.__wrapped__(data)
+    assert [e.id for e in loaded] == [i["id"] for i in RAW]
+
+
+def test_a_typo_in_the_data_file_is_refused():
+    bad = [dict(RAW[0], fields={"pid": {"group": "no_such_group", "type": "int"}})]
+    with pytest.raises(sigdata.SignatureDataError):
+        sigdata.validate(bad)
+    with pytest.raises(sigdata.SignatureDataError):
+        sigdata.validate([dict(RAW[0], kind="not_a_kind")], kinds={k.value for k in Kind})

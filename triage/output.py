@@ -1,0 +1,112 @@
+"""Where output leaves the process: every stream, JSON document and file goes through one
+masking function (`triage.redact.redact_output`).
+
+Two layers, because one is not enough on its own:
+* values are masked before they are laid out (`mask`, `echo`, `echo_json`, the rich Console in
+  console.py): a line wrap or a shortened excerpt can cut a secret so that no pattern knows it
+  any more, so the whole value is masked first;
+* `masked_streams()` replaces stdout and stderr for the length of a command with streams that
+  mask every line written, whichever module wrote it (a warning, an error, a progress line).
+
+Only `re` is imported at start-up: `triage classify` stays cold.
+"""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator, TextIO
+
+from .redact import mask_text, redact_output
+
+
+def mask(value: Any) -> Any:
+    """A copy of `value` (text, dict, list, dataclass) with secrets and request prompts masked."""
+    return redact_output(value)
+
+
+def echo(message: Any = "", *, err: bool = False, nl: bool = True) -> None:
+    """click.echo, masked."""
+    import click
+
+    click.echo(mask_text(str(message)), err=err, nl=nl)
+
+
+def echo_json(document: Any, **dumps: Any) -> None:
+    """A JSON document on stdout, masked value by value before it is serialised (a secret
+    inside an escaped string is still seen whole)."""
+    import click
+
+    # allow_nan=False: `Infinity` / `NaN` are not JSON; readers drop such numbers before they get here
+    click.echo(json.dumps(mask(document), allow_nan=False, **dumps))
+
+
+class MaskedStream(io.TextIOBase):
+    """A text stream that masks what it forwards, one whole line (or flushed chunk) at a time.
+
+    Lines are held until their newline so a secret written in two pieces is seen whole; a
+    flush forwards what is held (a prompt waiting for an answer). The attributes click and rich
+    look at (encoding, isatty, fileno) are the wrapped stream's; there is no `buffer`, so
+    nothing can write around the mask."""
+
+    def __init__(self, inner: TextIO) -> None:
+        super().__init__()
+        self.inner = inner
+        self._held = ""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.inner, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self.inner, "errors", None)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self.inner.isatty()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self._held += text
+        cut = self._held.rfind("\n") + 1
+        if cut:
+            ready, self._held = self._held[:cut], self._held[cut:]
+            self.inner.write(mask_text(ready))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held:
+            ready, self._held = self._held, ""
+            self.inner.write(mask_text(ready))
+        self.inner.flush()
+
+    def close(self) -> None:  # the wrapped stream stays open: it belongs to the process
+        self.flush()
+
+
+@contextmanager
+def masked_streams() -> Iterator[None]:
+    """stdout and stderr masked until the block ends (then flushed and put back)."""
+    saved = sys.stdout, sys.stderr
+    out, err = MaskedStream(saved[0]), MaskedStream(saved[1])
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield
+    finally:
+        for stream in (out, err):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass                     # a closed pipe: nothing more can be said there
+        sys.stdout, sys.stderr = saved
+
+
+__all__ = ["MaskedStream", "echo", "echo_json", "mask", "masked_streams"]

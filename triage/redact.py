@@ -1,0 +1,315 @@
+"""Mask secrets before anything leaves the process: every stream, JSON document and file.
+
+`redact_output(value)` is the one masking function the outputs go through (the CLI's stdout and
+stderr, `--json`, the timeline and postmortem files, error messages): secrets as below, plus
+request prompts and generated text as vLLM's request logger and OpenAI-style JSON bodies carry
+them (`prompt: '...'`, `prompt_token_ids: [...]`, `"content": "..."`). `redact(value)` masks
+secrets only; the audit log uses it for arguments and step outputs.
+
+Both are pure: they return a new value (strings, bytes, dicts, lists, tuples, dataclasses) and
+never mutate their input. Masks are `***`, keeping a short hint of the secret's kind (`hf_***`,
+`sk-***`, `AKIA***`, `Bearer ***`, `eyJ***`) so a reader can tell what was there. Masking twice
+changes nothing.
+
+What counts as a secret:
+* flags that take one (`--api-key X`, `--hf-token=X`, `--ssl-keyfile-password X`, any
+  `--*-password`, `--*-token`, `--*-secret`, `--*-key`), also as Python reprs
+  (`api_key='X'`, `Namespace(api_key='X')`, `['--api-key', 'X']`);
+* `KEY=value` / `key: value` / `"key": "value"` pairs whose name says secret (HF_TOKEN,
+  AWS_SECRET_ACCESS_KEY, db_password, pw, pwd, passwd, AccountKey, X-Amz-Signature, ...);
+* URL passwords (`https://user:PASSWORD@host`) and token query parameters (`?token=`,
+  `&access_token=`, `&sig=`, `?key=`, `X-Amz-Signature=`, ...);
+* bearer / authorization headers, bare JWTs, private key blocks;
+* cloud and service keys by their shape (AWS AKIA/ASIA ids, GCP `AIza`, GitHub `gh*_`,
+  GitLab `glpat-`, Hugging Face `hf_`, OpenAI/Anthropic `sk-`, Slack `xox*-`, Stripe, Google
+  OAuth `ya29.`, npm).
+
+Every pattern is linear in the length of its input: each starts at a boundary its first class
+cannot continue (a lookbehind on that class), no two quantifiers in a row range over the same
+characters, and `key=value` pairs are found by a scanner that looks at a value only after a
+secret name, so a line of any length costs time in proportion to its length.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from enum import Enum
+from typing import Any, Callable, Mapping
+
+MASK = "***"
+
+# Key names whose values are secrets: one `_`-separated part names a secret (hf_token,
+# AWS_SECRET_ACCESS_KEY, x-api-key, db_password, pw), or a camelCase name ends with one
+# (accessToken, clientSecret, AccountKey). "tokens", "tokenizer", "max_num_batched_tokens",
+# "prompt_token_ids" are not secrets.
+_SECRET_PART = re.compile(
+    r"(?:^|_)(?:token(?!_ids?(?:_|$))|secret|password|passwd|passphrase|pw|pwd|apikey|api_key|access_key|"
+    r"secret_key|private_key|account_key|accountkey|signature|sig|authorization|auth|credentials?|cookie)"
+    r"(?:_|$)"
+)
+_SECRET_SUFFIX = ("token", "secret", "password", "passwd", "apikey", "accountkey", "accesskey", "secretkey",
+                  "privatekey", "sharedaccesskey", "sharedaccesssignature", "clientsecret")
+# Names that look like one but are not: the shell's working directory (`pwd=` is a password).
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# In a URL's query string a short name can be a key too (`?key=AIza...`, an OAuth `&code=`).
+_QUERY_SECRET_NAMES = frozenset({"key", "code", "pass"})
+
+_W = r"A-Za-z0-9_\-"          # the characters of most token shapes
+# Known secret shapes, wherever they appear in text: (pattern, mask). Each starts where the run of
+# its own characters starts, so a long run is scanned once.
+_SHAPES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(rf"(?<![{_W}])hf_[A-Za-z0-9]{{30,}}"), "hf_" + MASK),                  # Hugging Face
+    (re.compile(rf"(?<![{_W}])sk-[A-Za-z0-9_\-]{{16,}}"), "sk-" + MASK),               # OpenAI, Anthropic
+    (re.compile(rf"(?<![{_W}])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{{16,}}"), "sk_" + MASK),   # Stripe
+    (re.compile(rf"(?<![{_W}])gh[pousr]_[A-Za-z0-9]{{30,}}"), "gh_" + MASK),           # GitHub
+    (re.compile(rf"(?<![{_W}])github_pat_[A-Za-z0-9_]{{30,}}"), "gh_" + MASK),
+    (re.compile(rf"(?<![{_W}])glpat-[A-Za-z0-9_\-]{{20,}}"), "glpat-" + MASK),         # GitLab
+    (re.compile(rf"(?<![{_W}])npm_[A-Za-z0-9]{{36,}}"), "npm_" + MASK),                # npm
+    (re.compile(rf"(?<![{_W}])xox[abposr]-[A-Za-z0-9\-]{{10,}}"), "xox-" + MASK),      # Slack
+    (re.compile(rf"(?<![{_W}])AIza[A-Za-z0-9_\-]{{30,}}"), "AIza" + MASK),             # Google API key
+    (re.compile(rf"(?<![{_W}.])ya29\.[A-Za-z0-9_\-]{{20,}}"), "ya29." + MASK),         # Google OAuth
+    (re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
+     "AKIA" + MASK),                                                                   # AWS key ids
+    # A JWT: three base64url parts; the first two are JSON objects (`{"` is `eyJ`).
+    (re.compile(rf"(?<![{_W}.])eyJ[{_W}]{{6,}}\.[{_W}]{{6,}}\.[{_W}]*"), "eyJ" + MASK),
+]
+# -----BEGIN RSA PRIVATE KEY----- ... -----END RSA PRIVATE KEY----- (PEM, OpenSSH, PGP); a block
+# cut before its END is masked to the end of the text.
+_PRIVATE_KEY = re.compile(
+    r"(?P<begin>-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)(?:[^-]|-(?!----END [A-Z0-9 ]{0,40}PRIVATE KEY))*"
+    r"(?P<end>-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|$)")
+# `Authorization: Bearer xyz` (any scheme, or none); then a bare `Bearer xyz` anywhere.
+_AUTH_HEADER = re.compile(
+    r"(?i)(?<![A-Za-z0-9_\-])((?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
+    r"(?:(bearer|basic|token|digest)[ \t]+)?([^\s\"',;]+)"
+)
+_BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(bearer)[ \t]+([A-Za-z0-9._~+/=\-]{8,})")
+# scheme://user:PASSWORD@host
+_URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([^\s/]+)@")
+# The name and separator of `KEY=value`, `key: value`, `"key": "value"`, `--api-key=value`; the
+# value is read by _VALUE only after a secret name (see _mask_pairs).
+_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<q>[\"']?)"
+                   r"(?P<sep>[ \t]*[=:][ \t]*)")
+_VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"?|'(?:[^'\\\n]|\\.)*'?|\[[^\]\n]*\]?|[^\s\"'&;,]+")
+# --api-key value, and ['--api-key', 'value'] in a list repr (inside one string, e.g. a logged
+# command line); the value never starts with "-" (that is the next flag).
+_FLAG_VALUE = re.compile(
+    r"(?<![A-Za-z0-9_.\-])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)"
+    r"(?P<sp>[ \t]+|[\"'],[ \t]*)(?P<val>\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s\"'\-][^\s\"']*)"
+)
+_FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)$")
+_SCHEME = re.compile(r"(?i)(bearer|basic|token|digest)\s+\S")
+
+# Request/response text as vLLM's request logger prints it (a Python repr, so quotes are escaped
+# inside and the value ends at the closing quote; a line cut short ends the value too).
+_PROMPT_REPR = re.compile(
+    r"(?P<key>\b(?:prompt|output|prompt_embeds)\s*:\s*)"
+    r"(?P<val>'(?:[^'\\\n]|\\.)*(?:'|$)|\"(?:[^\"\\\n]|\\.)*(?:\"|$))", re.MULTILINE)
+# Token ids decode back to the text: `prompt_token_ids: [1, 2, ...]`, `prompt token ids: [...]`.
+_TOKEN_IDS = re.compile(r"(?P<key>\b(?:prompt|output)[ _]token[ _]ids\s*[:=]\s*)\[[^\]\n]*(?:\]|$)",
+                        re.MULTILINE)
+# OpenAI-style request bodies in JSON: "prompt": "...", "content": "...", "prompt": ["...", ...].
+_JSON_TEXT = re.compile(
+    r"(?P<key>\"(?:prompt|prompts|content|input|messages|prompt_token_ids)\"\s*:\s*)"
+    r"(?P<val>\"(?:[^\"\\\n]|\\.)*(?:\"|$)|\[[^\[\]\n]*\])", re.MULTILINE)
+_PROMPT_KEYS = frozenset({"prompt", "prompts", "messages", "content", "input", "prompt_token_ids",
+                          "output_token_ids", "prompt_embeds"})
+
+# Values that cannot be a secret: a logged config prints `api_key=None`, `allow_credentials=False`.
+_NOT_SECRET = frozenset({"none", "null", "true", "false", "''", '""', "[]", "{}", "[none]", MASK.lower()})
+
+
+# Every secret name holds one of these: a cheap test first, as a hostile line can hold many names.
+_HINTS = ("tok", "secret", "pass", "pw", "key", "sig", "auth", "cred", "cookie")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_secret_key(name: str) -> bool:
+    """True when a dict key, env var, or flag name names a secret (case-insensitive)."""
+    lowered = name.lower()
+    if not any(h in lowered for h in _HINTS):
+        return False
+    # A dotted name is named by its last part: `db.password` is a password, `secret.log` a file.
+    bare = name.strip().strip("-\"'").rsplit(".", 1)[-1]
+    if bare in _NOT_SECRET_NAMES:
+        return False
+    key = re.sub(r"[-\s]", "_", bare.lower())
+    if bool(_SECRET_PART.search(key)) or key.endswith(_SECRET_SUFFIX):
+        return True
+    # `--foo-key` on a command line and `FOO_KEY` in an environment hold keys (`--ssl-keyfile`
+    # does not end in "key"); a lone `key` says too little.
+    return key.endswith("_key") and (name.lstrip().startswith("--") or bare.isupper())
+
+
+def mask(secret: str) -> str:
+    """The mask for one secret value, keeping a hint of its kind (quotes kept)."""
+    if len(secret) >= 2 and secret[0] == secret[-1] and secret[0] in "\"'":
+        return secret[0] + mask(secret[1:-1]) + secret[0]
+    scheme = _SCHEME.match(secret)
+    if scheme:
+        return f"{scheme.group(1)} {MASK}"
+    for prefix in ("hf_", "sk-", "gh_", "AKIA", "ASIA", "AIza", "eyJ", "xox"):
+        if secret.startswith(prefix):
+            return prefix + MASK
+    if re.match(r"gh[pousr]_", secret):
+        return "gh_" + MASK
+    return MASK
+
+
+def redact_text(text: str) -> str:
+    """Mask every secret found in one string."""
+    if not text:
+        return text
+    text = _PRIVATE_KEY.sub(lambda m: f"{m.group('begin')} {MASK} {m.group('end')}".rstrip(), text)
+    text = _AUTH_HEADER.sub(_auth_header, text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    for pattern, replacement in _SHAPES:
+        text = pattern.sub(replacement, text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
+    text = _mask_pairs(text)
+    return _FLAG_VALUE.sub(_flag_value, text)
+
+
+def redact_argv(argv: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """Mask `--api-key X` pairs across items, and secrets inside each item."""
+    return _argv(argv, redact)
+
+
+def redact(value: Any) -> Any:
+    """A copy of `value` with secrets masked: strings, bytes, and nested dicts/lists/tuples/dataclasses."""
+    return _walk(value, _Masker(redact_text, prompts=False))
+
+
+def mask_prompts(text: str) -> str:
+    """Mask request prompts, generated text and token ids in one string (secrets untouched)."""
+    text = _PROMPT_REPR.sub(lambda m: m.group("key") + _quoted_mask(m.group("val")), text)
+    text = _TOKEN_IDS.sub(lambda m: f"{m.group('key')}[{MASK}]", text)
+    return _JSON_TEXT.sub(lambda m: m.group("key") + (f"[{MASK}]" if m.group("val").startswith("[")
+                                                      else f'"{MASK}"'), text)
+
+
+def redact_output(value: Any) -> Any:
+    """`redact`, then request prompts masked too: what every output of the tool goes through."""
+    return _walk(value, _Masker(lambda s: mask_prompts(redact_text(s)), prompts=True))
+
+
+def mask_text(text: str) -> str:
+    """`redact_output` for one string (a line about to be printed, an error message)."""
+    return mask_prompts(redact_text(text))
+
+
+# -- walking values ------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Masker:
+    text: Callable[[str], str]
+    prompts: bool                                   # mask the values of prompt-like keys whole
+    seen: dict[int, Any] = dataclasses.field(default_factory=dict)   # id -> masked copy (shared records)
+
+
+def _walk(value: Any, m: _Masker) -> Any:
+    if isinstance(value, Enum) or value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return m.text(value)
+    if isinstance(value, (bytes, bytearray)):
+        return m.text(bytes(value).decode("utf-8", errors="replace"))
+    if isinstance(value, Mapping):
+        return {k: _item(k, v, m) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        out = _argv(value, lambda v: _walk(v, m))
+        if hasattr(value, "_fields"):             # a named tuple keeps its type
+            return type(value)(*out)
+        return tuple(out) if isinstance(value, tuple) else out
+    if isinstance(value, (set, frozenset)):
+        return [_walk(v, m) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _dataclass(value, m)
+    return value
+
+
+def _dataclass(value: Any, m: _Masker) -> Any:
+    """A copy with every init field masked; one copy per object, so records shared between a
+    verdict's steps and its evidence stay shared."""
+    if id(value) in m.seen:
+        return m.seen[id(value)]
+    changes = {f.name: _walk(getattr(value, f.name), m) for f in dataclasses.fields(value) if f.init}
+    try:
+        copy = dataclasses.replace(value, **changes)
+    except (TypeError, ValueError):
+        copy = value                               # a dataclass that cannot be rebuilt: left as it is
+    m.seen[id(value)] = copy
+    return copy
+
+
+def _item(key: Any, value: Any, m: _Masker) -> Any:
+    if isinstance(key, str):
+        if m.prompts and key.lower() in _PROMPT_KEYS and value:
+            return MASK
+        if is_secret_key(key) and isinstance(value, (str, bytes, bytearray)):
+            text = value if isinstance(value, str) else bytes(value).decode("utf-8", errors="replace")
+            return mask(text) if text and text.lower() not in _NOT_SECRET else m.text(text)
+    return _walk(value, m)
+
+
+def _argv(argv: list[Any] | tuple[Any, ...], each: Callable[[Any], Any]) -> list[Any]:
+    out: list[Any] = []
+    hide_next = False
+    for item in argv:
+        if hide_next and isinstance(item, str) and item.lower() not in _NOT_SECRET:
+            out.append(mask(item))
+        else:
+            out.append(each(item))
+        flag = _FLAG.match(item) if isinstance(item, str) else None
+        hide_next = bool(flag and is_secret_key(item))
+    return out
+
+
+# -- the text rules --------------------------------------------------------------------------------
+
+def _mask_pairs(text: str) -> str:
+    """Mask the value of every `name<sep>value` whose name is a secret's. A scanner rather than
+    one substitution: a non-secret name gives up only its separator, so `note: api_key=X` still
+    finds `api_key=X`, and a value is read only after a secret name (linear on `a=a=a=...`)."""
+    out: list[str] = []
+    pos = 0
+    for m in _PAIR.finditer(text):
+        if m.start() < pos:
+            continue                                  # inside a value already masked
+        key = m.group("key")
+        query = m.start() > 0 and text[m.start() - 1] in "?&;" and key.lower() in _QUERY_SECRET_NAMES
+        if not (query or is_secret_key(key)) or key.lower().endswith("authorization"):   # headers done above
+            continue
+        value = _VALUE.match(text, m.end())
+        if value is None or not value.group(0):
+            continue
+        val = value.group(0)
+        core = val.rstrip(",.:)}]") if not val.startswith("[") else val   # the sentence goes on after it
+        if core.lower() in _NOT_SECRET or not core:
+            continue
+        out.append(text[pos:m.end()])
+        out.append(mask(core) + val[len(core):])
+        pos = value.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _quoted_mask(value: str) -> str:
+    quote = value[0]
+    return f"{quote}{MASK}{quote}"
+
+
+def _auth_header(m: re.Match[str]) -> str:
+    scheme = f"{m.group(2)} " if m.group(2) else ""
+    return f"{m.group(1)}{scheme}{MASK}"
+
+
+def _flag_value(m: re.Match[str]) -> str:
+    if not is_secret_key(m.group("flag")) or m.group("val").lower() in _NOT_SECRET:
+        return m.group(0)
+    return f"{m.group('flag')}{m.group('sp')}{mask(m.group('val'))}"
+
+
+__all__ = ["MASK", "is_secret_key", "mask", "mask_prompts", "mask_text", "redact", "redact_argv",
+           "redact_output", "redact_text"]

@@ -1,0 +1,144 @@
+"""The one table of thresholds and cause ids, read by the classifier, the timeline and the postmortem.
+
+Every number the rules compare against lives here, with the reason it has that value and
+where it comes from. A module that needs one imports it from here; none keeps its own copy.
+The reference write-ups' rules of thumb are marked as such; numbers derived from the incident's
+own evidence (the card size, the failed request) always take precedence over absolute ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    unit: str
+    why: str
+    source: str
+
+
+_FLOWCHART = "reference/flowchart.md (production write-ups of vLLM OOM incidents, 2024-2026)"
+
+TABLE: dict[str, Threshold] = {
+    # --- load ---------------------------------------------------------------------------------
+    "kv_high": Threshold(0.90, "share of the KV pool", "KV-cache usage this high just before a failure means live "
+                         "requests owned the pool: load, not a leak", _FLOWCHART + " (KV > 90% warning alert)"),
+    "kv_critical": Threshold(0.95, "share of the KV pool", "the critical KV alert level", _FLOWCHART),
+    "kv_busy": Threshold(0.80, "share of the KV pool", "with requests waiting behind it, a cache this full was "
+                         "the bottleneck even below kv_high", "probe cases: one stats line at a busy cache"),
+    "waiting_high": Threshold(10, "requests", "a waiting queue this long means requests are piling up", _FLOWCHART),
+    "quiet_kv": Threshold(0.50, "share of the KV pool", "below this with nothing waiting, the last reading shows "
+                          "a quiet server: a spike is not what the evidence says", "rule design"),
+    "concurrency_cap_share": Threshold(0.90, "share of max_num_seqs", "running requests at this share of the cap "
+                                       "(with a cap of 128 or more) say the cap, not memory, set the concurrency",
+                                       _FLOWCHART + " (default max_num_seqs 256 is optimistic)"),
+    "oversized_request_share": Threshold(0.10, "share of the card", "one failed allocation this large is one "
+                                         "oversized request (a huge prompt or image), not general load",
+                                         "rule design"),
+    # --- allocator ----------------------------------------------------------------------------
+    "fragmentation_min_share": Threshold(0.03, "share of the card", "reserved-but-unallocated memory below this is "
+                                         "allocator slack; at or above it, and at least the failed request, the "
+                                         "memory was there in unusable pieces (fragmentation). There is no third "
+                                         "outcome: every value is either in use or fragmented",
+                                         _FLOWCHART + " (chronic: large reserved-but-unallocated)"),
+    "borderline_share": Threshold(0.50, "share of the failed request", "an in-use reading whose unallocated "
+                                  "amount is at least this share of the failed request and at least "
+                                  "borderline_card_share of the card could have held much of the request: it does "
+                                  "not rule fragmentation out, so only load evidence then makes it a burst",
+                                  "rule design (probe cases with ~2 GiB unallocated against a 2 GiB request)"),
+    "borderline_card_share": Threshold(0.02, "share of the card", "below this share of the card, unallocated "
+                                       "memory is plain allocator slack whatever the request's size",
+                                       "rule design (2% of an 80 GB card is 1.6 GiB)"),
+    "fragmentation_min_bytes": Threshold(1 << 30, "bytes", "the same floor when the card's size is unknown",
+                                         "rule design"),
+    "inactive_split_share": Threshold(0.30, "inactive_split / reserved", "memory_stats fragmentation worth naming",
+                                      _FLOWCHART + " (restart past ~70%; 30% is worth naming)"),
+    "leak_min_rise": Threshold(0.05, "share of the card", "GPU memory in use rising this much over the readings "
+                               "with flat load is a leak", _FLOWCHART + " (track the delta, not the level)"),
+    "leak_min_span_s": Threshold(3600, "seconds", "readings must span this long before a rise counts as a leak "
+                                 "(the start-up ramp is not one)", "rule design"),
+    "long_uptime_s": Threshold(6 * 3600, "seconds", "an OOM after this much uptime leans chronic", _FLOWCHART),
+    # --- prefix cache ---------------------------------------------------------------------------
+    "prefix_hit_low": Threshold(0.30, "hit rate", "below this the cache holds prefixes nobody reuses: turn it off",
+                                _FLOWCHART + " (prefix caching pays above ~60%, not below ~30%)"),
+    "evictable_share": Threshold(0.50, "share of the token pool", "a pool OOM while this share was evictable "
+                                 "cached prefixes: the cache held the pool", "SGLang pool OOM detail lines"),
+    # --- accounting -----------------------------------------------------------------------------
+    "discrepancy": Threshold(0.03, "share of the card", "nvidia-smi/NVML used above the engine's own budget by "
+                             "more than this is memory the engine does not see", _FLOWCHART + " (alert at ~3%)"),
+    "other_process_share": Threshold(0.20, "share of the card", "memory held before the engine started, at this "
+                                     "share, belongs to other processes", "rule design"),
+    "overshoot_free_share": Threshold(0.80, "share of the card", "free memory at start-up this high: nothing big "
+                                      "holds the GPU, the utilisation target itself is too high", "rule design"),
+    "util_no_headroom": Threshold(0.95, "gpu_memory_utilization", "a target this high leaves under 5% for the CUDA "
+                                  "context, NCCL, sidecars and activation spikes", _FLOWCHART + " (never 1.0)"),
+    # --- verdict --------------------------------------------------------------------------------
+    "min_confidence": Threshold(0.40, "confidence", "below this a runtime class is not named (unknown)", "rule design"),
+    "specific_wins": Threshold(0.60, "confidence", "a prefix-cache or chronic finding this strong explains the "
+                               "pressure better than the generic burst", "rule design"),
+    "confident": Threshold(0.50, "confidence", "a wrong class at or above this is a confident wrong answer",
+                           "evaluation policy"),
+}
+
+
+def value(name: str) -> float:
+    return TABLE[name].value
+
+
+KV_HIGH = value("kv_high")
+KV_CRITICAL = value("kv_critical")
+KV_BUSY = value("kv_busy")
+WAITING_HIGH = int(value("waiting_high"))
+QUIET_KV = value("quiet_kv")
+CONCURRENCY_CAP_SHARE = value("concurrency_cap_share")
+OVERSIZED_SHARE = value("oversized_request_share")
+FRAG_MIN_SHARE = value("fragmentation_min_share")
+FRAG_MIN_BYTES = int(value("fragmentation_min_bytes"))
+BORDERLINE_SHARE = value("borderline_share")
+BORDERLINE_CARD_SHARE = value("borderline_card_share")
+FRAG_SHARE = value("inactive_split_share")
+LEAK_MIN_RISE = value("leak_min_rise")
+LEAK_MIN_SPAN_S = value("leak_min_span_s")
+LONG_UPTIME_S = value("long_uptime_s")
+LOW_HIT_RATE = value("prefix_hit_low")
+EVICTABLE_SHARE = value("evictable_share")
+DISCREPANCY = value("discrepancy")
+OTHER_PROCESS_SHARE = value("other_process_share")
+OVERSHOOT_FREE_SHARE = value("overshoot_free_share")
+UTIL_NO_HEADROOM = value("util_no_headroom")
+MIN_CONFIDENCE = value("min_confidence")
+SPECIFIC_WINS = value("specific_wins")
+CONFIDENT = value("confident")
+
+
+@dataclass(frozen=True)
+class CauseId:
+    id: str
+    title: str
+    classes: tuple[str, ...]
+
+
+#: Every cause id a verdict may carry, with the classes it belongs to. Advice, the postmortem's
+#: lessons and the runbooks key on these ids; the verdict schema lists the same set.
+CAUSE_IDS: dict[str, CauseId] = {c.id: c for c in (
+    CauseId("kv_cache_blowout", "max_model_len exceeds what the KV cache holds", ("startup",)),
+    CauseId("config_overshoot", "the utilisation target asks for more than is free", ("startup", "burst")),
+    CauseId("other_processes", "other processes hold GPU memory", ("startup", "burst")),
+    CauseId("model_too_large", "the model does not fit at this precision and parallelism", ("startup",)),
+    CauseId("concurrency_misjudged", "too many sequences or batched tokens for the memory", ("startup", "burst")),
+    CauseId("accounting_discrepancy", "the card is fuller than the engine's accounting", ("startup", "burst")),
+    CauseId("known_engine_bug", "a known engine bug in this version", ("startup", "burst", "chronic", "prefix_cache")),
+    CauseId("long_prompt_burst", "a load spike or an oversized request", ("burst",)),
+    CauseId("allocator_fragmentation", "allocator fragmentation", ("chronic",)),
+    CauseId("memory_leak", "GPU memory rising with steady load, or the engine's own leak check failing", ("chronic",)),
+    CauseId("prefix_cache_pressure", "cached prefixes crowd out live KV", ("prefix_cache",)),
+    CauseId("host_oom", "host (CPU) memory exhausted", ("not_gpu_oom",)),
+    CauseId("gpu_hardware_fault", "GPU hardware fault", ("not_gpu_oom",)),
+    CauseId("gpu_app_fault", "GPU application fault (Xid)", ("not_gpu_oom",)),
+    CauseId("illegal_memory_access", "illegal memory access", ("not_gpu_oom",)),
+    CauseId("nccl_failure", "NCCL failure", ("not_gpu_oom",)),
+    CauseId("cuda_fault", "a CUDA error that is not out of memory", ("not_gpu_oom",)),
+    CauseId("process_crash", "the process crashed", ("not_gpu_oom",)),
+    CauseId("other", "a failure that is not memory (a panic, a hang, a broken install)", ("not_gpu_oom",)),
+)}
