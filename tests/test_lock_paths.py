@@ -281,3 +281,10 @@ def test_a_fifo_in_the_bundle_does_not_hang_classify_timeline_or_note(incident, 
         assert json.loads((incident / "notes.jsonl").read_text())["text"] == "looked at it"
         if planted == "incident.yaml":
             assert "a FIFO, not a regular file; skipped" in note.stderr
+
+
+def test_audit_verify_refuses_a_fifo_as_actions_jsonl_at_once(incident):
+    os.mkfifo(incident / "actions.jsonl")
+    done = triage("audit", "verify", str(incident), timeout=QUICK_S)
+    assert done.returncode == 1
+    assert one_line(done.stderr).endswith("actions.jsonl: a FIFO, not a regular file"), done.stderr

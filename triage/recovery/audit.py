@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import BadInput, TriageError
+from ..safefile import check_regular
 from .hostkey import HostKey, load_key
 from .redact import redact
 
@@ -198,11 +199,19 @@ def verify(path: str | os.PathLike[str], key: HostKey | None | bool = False) -> 
 
 def _scan(path: Path, key: HostKey | None = None) -> _Scan:
     try:
-        fh = open(path, "rb")
+        # Non-blocking and checked before a byte is read: a FIFO planted as actions.jsonl must not hang.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return _Scan(VerifyReport(True, 0, note=f"{path}: no audit log yet (0 records)"))
     except OSError as exc:
         raise BadInput(str(path), f"cannot read audit log: {exc.strerror or exc}") from None
+    try:
+        check_regular(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    fh = os.fdopen(fd, "rb")
     scan = _Scan(VerifyReport(True, 0))
     problems = scan.report.problems
     prev_line: bytes | None = None
