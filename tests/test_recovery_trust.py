@@ -576,3 +576,29 @@ def test_a_recovery_not_run_as_root_refuses_another_users_server(shared_dir, tmp
         assert alive(proc.pid) and not (incident / "actions.jsonl").exists()
     finally:
         kill_group(proc.pid)
+
+
+def test_the_timeline_names_the_steps_this_host_did_not_write(tmp_path):
+    from triage.timeline.actions import read_actions
+
+    incident = tmp_path / "inc"
+    incident.mkdir()
+    log = AuditLog(incident)
+    log.append({"action": "run", "phase": "start", "args": {"runbook": "chronic"}})
+    log.append({"action": "run", "phase": "end", "result": "ok"})
+    forge(incident, {"action": "restart", "phase": "end", "result": "ok"})               # no MAC at all
+    _, problems, _ = read_actions(incident)
+    flagged = [p for p in problems if "not authenticated" in p]
+    assert flagged == ["actions.jsonl: line(s) 3 not authenticated by this host's key (written on another host, "
+                       "by hand, or forged); recovery does not trust them"]
+
+
+def test_the_timeline_says_nothing_of_keys_where_this_host_has_none(tmp_path, monkeypatch):
+    from triage.timeline.actions import read_actions
+
+    incident = tmp_path / "inc"
+    incident.mkdir()
+    AuditLog(incident).append({"action": "run", "phase": "start"})
+    monkeypatch.setenv("TRIAGE_KEY_FILE", str(tmp_path / "elsewhere" / "audit.key"))   # a machine with no key
+    _, problems, _ = read_actions(incident)
+    assert not [p for p in problems if "authenticated" in p]

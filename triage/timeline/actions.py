@@ -49,7 +49,30 @@ def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
                 problems.append(f"{FILENAME}:{n}: no valid 'time'; step left out of the timeline")
                 continue
             records.append((n, obj))
+    problems.extend(_unauthenticated(path, records))
     return _steps(records, problems), problems, True
+
+
+def _unauthenticated(path: Path, records: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """Name the records this host's key does not authenticate: anyone who can write the bundle can
+    add steps, so the reader is told which ones recovery itself would not trust. Silent where this
+    host has no key (a bundle read on another machine: nothing to check against)."""
+    from ..errors import TriageError
+    from ..recovery.audit import AUTHENTICATED, authenticity
+    from ..recovery.hostkey import load_key
+
+    try:
+        key = load_key()
+    except (TriageError, OSError):
+        return []
+    if key is None or not records:
+        return []
+    lines = [n for n, rec in records if authenticity(rec, key, path.parent) != AUTHENTICATED]
+    if not lines:
+        return []
+    shown = ", ".join(str(n) for n in lines[:10]) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+    return [f"{FILENAME}: line(s) {shown} not authenticated by this host's key (written on another host, "
+            "by hand, or forged); recovery does not trust them"]
 
 
 def _cite(problem: str) -> str:
