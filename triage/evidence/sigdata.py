@@ -27,6 +27,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..datafile import entry_label, shape_problem
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "signatures.yaml"
 COMPILED = DATA.with_suffix(".compiled.json")
 
@@ -136,15 +138,10 @@ def validate(raw: list[dict[str, Any]], *, kinds: set[str] | None = None,
     name real groups, examples present. Raises SignatureDataError naming the entry."""
     seen: set[str] = set()
     for i, item in enumerate(raw):
-        where = f"signatures[{i}] ({item.get('id', '?') if isinstance(item, dict) else '?'})"
-        if not isinstance(item, dict):
-            raise SignatureDataError(f"{where}: not a mapping")
-        unknown = set(item) - ENTRY_KEYS
-        if unknown:
-            raise SignatureDataError(f"{where}: unknown key(s) {sorted(unknown)}")
-        missing = REQUIRED_KEYS - set(item)
-        if missing:
-            raise SignatureDataError(f"{where}: missing key(s) {sorted(missing)}")
+        where = entry_label("signatures", i, item)
+        problem = shape_problem(item, ENTRY_KEYS, REQUIRED_KEYS)
+        if problem:
+            raise SignatureDataError(f"{where}: {problem}")
         if item["id"] in seen:
             raise SignatureDataError(f"{where}: duplicate id")
         seen.add(item["id"])

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..datafile import entry_label, shape_problem
 from ..evidence.kinds import Kind
 from ..model import Evidence
 from ..units import whole
@@ -67,15 +68,10 @@ def load_bugs(path: Path = DATA) -> tuple[Bug, ...]:
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
     bugs = []
     for i, item in enumerate(raw):
-        where = f"{path.name}[{i}] ({item.get('id', '?') if isinstance(item, dict) else '?'})"
-        if not isinstance(item, dict):
-            raise KnowledgeError(f"{where}: not a mapping")
-        unknown = set(item) - _KEYS
-        if unknown:
-            raise KnowledgeError(f"{where}: unknown key(s) {sorted(unknown)}")
-        missing = {"id", "engine", "title", "affected"} - set(item)
-        if missing:
-            raise KnowledgeError(f"{where}: missing key(s) {sorted(missing)}")
+        where = entry_label(path.name, i, item)
+        problem = shape_problem(item, _KEYS, {"id", "engine", "title", "affected"})
+        if problem:
+            raise KnowledgeError(f"{where}: {problem}")
         requires = tuple(check_requirement(r, where) for r in item.get("requires") or [])
         classes = tuple(item.get("classes") or [])
         bad = [c for c in classes if c not in _CLASSES]

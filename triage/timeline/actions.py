@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..recovery.redact import redact_output
 from ..safefile import kind_at
 from ..safejson import loads
 from ..timeref import parse_iso
 from .raw import Raw
+
+if TYPE_CHECKING:                  # recovery loads only when a bundle has an audit log
+    from ..recovery.audit import VerifyReport
+    from ..recovery.hostkey import HostKey
 
 FILENAME = "actions.jsonl"
 HEALTH_ACTIONS = frozenset({"wait_healthy", "verify", "health_check", "deep_health_check"})
@@ -31,7 +35,8 @@ def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
         return [], [f"{FILENAME}: {found}, not a regular file; skipped"], True
     from ..recovery.audit import verify
 
-    problems = [_cite(p) for p in verify(path).problems]
+    report = verify(path, key=_host_key())     # one pass: the chain, and who wrote each record
+    problems = [_cite(p) for p in report.problems]
     try:
         lines = path.read_bytes().split(b"\n")
     except OSError as exc:
@@ -49,28 +54,29 @@ def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
                 problems.append(f"{FILENAME}:{n}: no valid 'time'; step left out of the timeline")
                 continue
             records.append((n, obj))
-    problems.extend(_unauthenticated(path, records))
+    problems.extend(_unauthenticated(report))
     return _steps(records, problems), problems, True
 
 
-def _unauthenticated(path: Path, records: list[tuple[int, dict[str, Any]]]) -> list[str]:
-    """Name the records this host's key does not authenticate: anyone who can write the bundle can
-    add steps, so the reader is told which ones recovery itself would not trust. Silent where this
-    host has no key (a bundle read on another machine: nothing to check against)."""
+def _host_key() -> HostKey | None:
+    """This host's audit key, or None where it has none (or an unusable one): a timeline is often
+    read on another machine, where there is nothing to check the records against."""
     from ..errors import TriageError
-    from ..recovery.audit import AUTHENTICATED, authenticity
     from ..recovery.hostkey import load_key
 
     try:
-        key = load_key()
+        return load_key()
     except (TriageError, OSError):
+        return None
+
+
+def _unauthenticated(report: VerifyReport) -> list[str]:
+    """Name the records this host's key does not authenticate: anyone who can write the bundle can
+    add steps, so the reader is told which ones recovery itself would not trust."""
+    if report.key_id is None or not report.untrusted:
         return []
-    if key is None or not records:
-        return []
-    lines = [n for n, rec in records if authenticity(rec, key, path.parent) != AUTHENTICATED]
-    if not lines:
-        return []
-    shown = ", ".join(str(n) for n in lines[:10]) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+    lines = [u.partition(":")[0].removeprefix("line ") for u in report.untrusted]
+    shown = ", ".join(lines[:10]) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
     return [f"{FILENAME}: line(s) {shown} not authenticated by this host's key (written on another host, "
             "by hand, or forged); recovery does not trust them"]
 
