@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-VERDICT_EXIT_CODES = (0, 3)  # 0: a verdict was reached, 3: class "unknown" (DESIGN.md)
+VERDICT_EXIT_CODES = (0, 3)  # 0: a verdict was reached, 3: class "unknown" (README.md, "Exit codes")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,11 @@ def test_prefix_caching_off_on_old_vllm_drops_the_flag(tmp_path):
     argv = shlex.split(v.command)
     assert "--enable-prefix-caching" not in argv and "--no-enable-prefix-caching" not in argv
     assert argv[argv.index("--tensor-parallel-size") + 1] == "8"        # untouched settings stay
-    assert argv[argv.index("--max-num-seqs") + 1] == "2048"
+    # Sized from the evidence, not halved: 4000 running at 94.6% KV usage -> 4000 x 0.80/0.946 = 3382.7.
+    assert argv[argv.index("--max-num-seqs") + 1] == "3382"
+    seqs = next(r for r in v.recommendations if r.setting == "max_num_seqs")
+    assert seqs.basis == "incident" and "4000 running at 94.6% KV-cache usage" in seqs.why \
+        and "(4000 x 0.80/0.946)" in seqs.why
     upgrade = [r for r in v.recommendations if r.setting == "engine_version"]
     assert upgrade and upgrade[0].to_value == "0.6.2" and upgrade[0].basis == "knowledge_base"
 
@@ -56,7 +60,9 @@ def test_burst_caps_use_the_observed_concurrency_and_the_gpu_size(tmp_path):
     v = verdict_for(tmp_path, "$ vllm serve m --max-num-batched-tokens 65536\n" + stats + "\n" + OOM)
     assert v.oom_class.value == "burst"
     recs = {r.setting: r for r in v.recommendations}
-    assert recs["max_num_seqs"].to_value == 32 and recs["max_num_seqs"].basis == "incident"
+    # 48 running with the cache 99.5% full (the fullest of the last readings) -> 48 x 0.80/0.995 = 38.6
+    assert recs["max_num_seqs"].to_value == 38 and recs["max_num_seqs"].basis == "incident"
+    assert "48 x 0.80/0.995" in recs["max_num_seqs"].why
     assert recs["max_num_batched_tokens"].to_value == 16384 and recs["max_num_batched_tokens"].basis == "rule_of_thumb"
     # Never a "cap" above what is in force or what failed.
     unknown = verdict_for(tmp_path, stats + "\n" + OOM)

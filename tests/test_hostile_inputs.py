@@ -85,11 +85,16 @@ def test_a_deeply_nested_memory_stats_line_is_skipped(runner, tmp_path):
      "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
      "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nid: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n", "aliases"),
 ], ids=["nested", "year-0", "4301-digits", "aliases"])
-def test_a_hostile_incident_yaml_is_one_clear_line(runner, tmp_path, text, words):
+def test_a_hostile_incident_yaml_is_one_clear_warning_and_the_rest_is_read(runner, tmp_path, text, words):
+    # No single source costs the verdict (issue 10): the bundle is read without its incident.yaml.
     (tmp_path / "incident.yaml").write_text(text)
     (tmp_path / "server.log").write_text(OOM_LINE)
-    for command in ("classify", "timeline"):
-        _one_clear_line(runner.invoke(main, [command, str(tmp_path)]), "incident.yaml", words)
+    for command in (["classify"], ["timeline", "--json"]):
+        result = runner.invoke(main, [*command, str(tmp_path)])
+        assert result.exit_code == ExitCode.OK, (command, result.stderr)
+        warned = [line for line in result.stderr.splitlines() if "incident.yaml" in line]
+        assert len(warned) == 1 and words in warned[0] and "Traceback" not in result.stderr, result.stderr
+    assert _verdict(runner.invoke(main, ["classify", str(tmp_path), "--json"]))["verdict"]["class"] == "startup"
 
 
 # --- numbers ---------------------------------------------------------------------------------

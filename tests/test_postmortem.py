@@ -21,7 +21,7 @@ from triage.postmortem import (
 )
 from triage.postmortem import render as render_mod
 from triage.postmortem import views
-from triage.postmortem.chart import build_chart
+from triage.postmortem.chart import Marker, build_chart
 from triage.postmortem.context import Inputs, build_context, load_inputs
 from triage.postmortem.mermaid import gantt
 from triage.recovery.redact import mask_prompts, redact, redact_output
@@ -527,6 +527,101 @@ def test_gantt_task_names_that_read_as_statements_are_prefixed():
     assert names == ["- click the rollback button", "- section 3 of the fleet down", "- Title wrong",
                      "- %% not a comment", "- weekday traffic", "- accDescr { x", "- call the vendor", "(no text)",
                      "scaled out"]
+
+
+def test_chart_keeps_released_memory_on_the_axis_and_breaks_lines_at_gaps():
+    from triage.postmortem.chart import Marker, collect_series
+
+    gib = 1 << 30
+    used = {0: 76, 1: 77, 2: 78, 3: 79, 4: 0, 5: 0, 6: 74, 7: 75}       # crash at :04, restart reloads at :06
+    ev = [_ev("gpu_memory", m, 2 + m, used_bytes=u * gib, total_bytes=80 * gib, gpu=0) for m, u in used.items()]
+    ev += [_ev("stats", m, 100 + m, source="logs/gpu-node-01.log", kv_usage=0.5) for m in (0, 1, 2, 3, 4, 40, 41, 42)]
+    ev += [_ev("metric", m, 200 + m, source="metrics/a.prom", name="kv_cache_usage", value=0.9) for m in (3, 10)]
+    ev = EvidenceSet(ev)
+    chart = build_chart(ev, [Marker(datetime(2026, 1, 1, 10, 4, tzinfo=UTC), "impact start")], title="t", budget=0.9)
+    gpu = next(s for s in chart.series if s.kind == "gpu_memory")
+    assert [round(p.value) for p in gpu.points] == [95, 96, 98, 99, 0, 0, 92, 94]
+    assert all(p.value > 0 for s in collect_series(ev) for p in s.points)      # the early-signal checks skip them
+    root = ET.fromstring(chart.svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in root.iter(ns + "text")]
+    # zoomed scale kept (80-100%), the released readings on a 0% line under an axis break, named
+    assert {"80%", "90%", "100%", "0%", "memory released"} <= set(texts)
+    panel_bottom = 44 + 150
+    line = next(p for p in root.iter(ns + "polyline") if p.get("stroke") == "#0072B2")
+    ys = [float(pt.split(",")[1]) for pt in line.get("points").split()]
+    assert ys[4] == ys[5] == panel_bottom and max(ys[:4] + ys[6:]) < panel_bottom - 24    # drop, then reload
+    # the KV stats line breaks at the 36-minute hole; two scrapes are two dots, not a line
+    kv = [p for p in root.iter(ns + "polyline") if p.get("stroke-dasharray")]
+    assert len(kv) == 2 and [len(p.get("points").split()) for p in kv] == [5, 3]
+    assert len(list(root.iter(ns + "circle"))) == 2 + 1                          # the scrapes, and the legend's dot
+    legend = " ".join(texts)
+    assert "dotted vertical line: a key moment" in legend and "impact start 10:04:00" in legend
+    assert "left blank" in legend and "axis break" in legend
+    assert "left blank" in chart.legend and "axis break" in chart.legend and "key moments (impact start)" in chart.legend
+
+
+def test_chart_labels_have_a_box_not_a_halo():
+    svg = build_chart(EvidenceSet([_ev("stats", m, m + 1, source="logs/a.log", kv_usage=0.5) for m in range(5)]),
+                      [Marker(datetime(2026, 1, 1, 10, m, tzinfo=UTC), name) for m, name in ((1, "impact start"),
+                                                                                        (1, "detected"), (4, "resolved"))],
+                      title="t").svg
+    assert "paint-order" not in svg and 'stroke="#fff"' not in svg
+    kids = list(ET.fromstring(svg))
+    labels = [(r, t) for r, t in zip(kids, kids[1:]) if t.get("fill") == "#444" and t.text in ("impact start", "detected",
+                                                                                               "resolved")]
+    assert [t.text for _, t in labels] == ["impact start", "detected", "resolved"]
+    assert all(r.tag.endswith("rect") and r.get("fill") == "#ffffff" for r, _ in labels)
+    assert labels[0][1].get("y") != labels[1][1].get("y")                        # same moment: stacked, not overlaid
+
+
+def test_chart_labels_read_in_a_non_browser_renderer():
+    """cairosvg (like rsvg and Inkscape) paints a `paint-order` halo over its text: a white blob.
+    Rasterise the golden chart and look for the glyphs inside each label's box."""
+    try:
+        import cairosvg
+        from PIL import Image
+    except (ImportError, OSError) as e:                 # OSError: no libcairo on this machine
+        pytest.skip(f"cairosvg unusable here: {e}")
+    import io
+
+    svg = (sample("incident-a-multimodal-fleet") / "postmortem-memory.svg").read_text(encoding="utf-8")
+    image = Image.open(io.BytesIO(cairosvg.svg2png(bytestring=svg.encode()))).convert("L")
+    kids = list(ET.fromstring(svg))
+    labels = [(r, t) for r, t in zip(kids, kids[1:]) if r.tag.endswith("rect") and t.tag.endswith("text")
+              and t.get("fill") in ("#444", "#000")]
+    assert [t.text for _, t in labels] == ["impact start", "detected", "first response", "mitigated", "resolved",
+                                           "memory released"]
+    for rect, text in labels:
+        x, y, w, h = (float(rect.get(k)) for k in ("x", "y", "width", "height"))
+        box = image.crop((int(x), int(y), int(x + w), int(y + h)))
+        dark = sum(box.histogram()[:128])
+        assert 4 * len(text.text) <= dark < 0.5 * box.width * box.height, (text.text, dark)
+
+
+def test_gantt_says_what_it_leaves_out():
+    from triage.postmortem.mermaid import MAX_MILESTONES, omitted
+    from triage.timeline import Event
+
+    t0 = datetime(2026, 3, 12, 14, 0, tzinfo=UTC)
+    notes = [Event(t0 + timedelta(minutes=i), "note", "note", f"note {i}", (f"notes.jsonl:{i + 1}",)) for i in range(20)]
+    alerts = [Event(t0 + timedelta(minutes=i, seconds=30), "alert_resolved", "recovery", f"ALERT X{i} resolved",
+                    ("alerts/a.json:1",)) for i in range(10, 13)]
+    assert gantt("INC-1", {}, notes + alerts).count(":milestone") == MAX_MILESTONES
+    assert omitted(notes + alerts) == ("The diagram shows 1 of 3 recovery events and 13 of 20 notes (at most 14 "
+                                       "events: the earliest, and the last); the timeline table lists them all.")
+    assert omitted(notes[:MAX_MILESTONES]) == ""
+
+
+def test_fragmentation_names_its_measure_and_why_it_counts():
+    """A share of the reserved pool alone (13%) reads as no fragmentation at all: the cause says
+    which measure that is, and what made it count (the amount against the request and the card)."""
+    pm = render_postmortem(sample("chronic-fragmentation"))
+    line = next(ln for ln in pm.markdown.splitlines() if ln.startswith("- **allocator_fragmentation**"))
+    assert "9.87 GiB reserved but unallocated" in line
+    assert "23x the failed request and 12% of the 79.19 GiB card" in line
+    assert "reserved-but-unallocated / reserved it is 13% of the 77.69 GiB reserved" in line
+    assert "fragmentation = " not in line
 
 
 def test_excerpts_are_masked_before_they_are_cut():

@@ -74,3 +74,34 @@ def test_chronic_recovery_on_a_real_gpu_waits_for_the_driver_to_free_the_memory(
     children = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     assert wait_until(lambda: any(c in listed() for c in children), 60), "the relaunched engine holds no GPU memory"
     audit_ok(live.incident, env)
+
+
+def test_a_tenant_holding_the_card_stops_the_startup_relaunch_at_the_gpu_check(tmp_path, env):  # noqa: F811
+    """startup-other-tenant's advice keeps gpu_memory_utilization 0.9 (no lower target holds the
+    weights) and asks for the other process to go: on a real card with another process holding
+    most of it, the recovery's GPU check requires the relaunch's own 0.9 and stops the run before
+    anything is started — the plan and the advice agree."""
+    import json
+    import shutil
+
+    incident = tmp_path / "INC"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "samples" / "startup-other-tenant", incident)
+    total = next(g for g in read_gpus()).total_bytes
+    hold_gib = max(2, int(total * 0.5 / GiB))
+    holder = subprocess.Popen([sys.executable, str(CAPTURE), "--hold", str(hold_gib)], stdout=subprocess.PIPE,
+                              text=True)
+    marker = tmp_path / "RELAUNCHED"
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        done = recover(incident, env, "--execute", "--yes", "--url", "http://127.0.0.1:9",
+                       "--launch-command", f"/usr/bin/touch {marker}", "--param", "gpu-free.timeout_s=5",
+                       timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        result = ends(incident)
+        assert result.get("gpu-free") == "failed" and "relaunch" not in result, result
+        gpu_free = next(r for r in records(incident) if r.get("step") == "gpu-free" and r["phase"] == "end")
+        assert "90%" in json.dumps(gpu_free), gpu_free          # the relaunch's own target, not a lowered one
+        assert not marker.exists()
+    finally:
+        holder.kill()
+        holder.wait()

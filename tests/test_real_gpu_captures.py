@@ -2,7 +2,7 @@
 the caching allocator and nvidia-smi really print, and agree with the numbers torch reported
 (manifest.json) at the precision each format carries.
 
-Runs on the capture committed from an H100 (tests/real_gpu/h100) everywhere, and on a fresh
+Runs on the captures committed from an H100 and an H200 (tests/real_gpu/h100, h200) everywhere, and on a fresh
 capture as well on a machine with an NVIDIA GPU and torch with CUDA.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-@pytest.fixture(scope="module", params=["h100", "live"])
+@pytest.fixture(scope="module", params=["h100", "h200", "live"])
 def capture(request, tmp_path_factory) -> Path:
     if request.param != "live":
         return HERE / request.param

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasa
 
 _URL = re.compile(r"Starting vLLM API server \d+ on (http://\S+)")
 SHORT = ("--param", "steady.window_s=2")        # the bundled runbooks watch for minutes
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @dataclass
@@ -238,6 +240,33 @@ def test_chronic_relaunches_with_expandable_segments(start, env):
     assert b"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in environ
     assert all(complete(url, words(50, f"f{i}"), 2) == 200 for i in range(sent + 5))
     audit_ok(live.incident, env)
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "ps")), reason="the README's stop step uses bash and ps")
+def test_the_readme_drill_stops_exactly_the_relaunched_server(start, env):
+    """The last step of the README's drill: the server recovery relaunched is stopped by the PID
+    its relaunch record holds, and nothing else is."""
+    live = start("--scenario", "chronic")
+    until_failure(live.url, lambda i: f"request {i} " + words(50, f"r{i}"), 2, 40)
+    done = recover(live.incident, env, "--execute", "--yes", *SHORT)
+    assert done.returncode == 0, done.stderr
+    pid, _ = new_server(live.incident)
+    relaunch_log = next((live.incident / "recovery").glob("relaunch-*.log"))
+    engine = int(re.search(r"\(EngineCore_DP0 pid=(\d+)\)", relaunch_log.read_text(errors="replace")).group(1))
+    assert alive(pid) and alive(engine)
+    bystander = start("--scenario", "healthy", name="OTHER")      # another simulator: must be left alone
+
+    block = re.search(r"^A drill without a GPU.*?```bash\n(.*?)^```", README.read_text(encoding="utf-8"),
+                      re.MULTILINE | re.DOTALL).group(1)
+    stop = block[block.index("PID=$("):]
+    assert "/tmp/drill/actions.jsonl" in stop and "kill $PID" in stop
+    stop = stop.replace(".venv/bin/python", f'"{sys.executable}"').replace("/tmp/drill", str(live.incident))
+    ran = subprocess.run(["bash", "-c", stop], capture_output=True, text=True, timeout=30, env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert re.search(rf"^\s*{pid} .*sim serve", ran.stdout, re.MULTILINE), ran.stdout    # ps showed what is stopped
+    assert wait_until(lambda: not alive(pid) and not alive(engine), 5)
+    assert "Finished server process" in relaunch_log.read_text(errors="replace")      # a graceful SIGTERM stop
+    assert alive(bystander.proc.pid) and get(bystander.url + "/health") == 200
 
 
 def test_prefix_cache_relaunches_without_prefix_caching(start, env):

@@ -25,7 +25,9 @@ def test_dry_run_plan_is_concrete_and_writes_nothing(runner, tmp_path):
     assert _snapshot(tmp_path) == before                      # nothing written, nothing touched
     plan = json.loads(result.stdout)
     assert plan["dry_run"] is True and plan["runbook"] == "startup"
-    assert plan["new_argv"][-2:] == ["--max-model-len", "29216"]
+    # The whole launch of the log's non-default args, changed only where the verdict says.
+    assert plan["new_argv"] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port",
+                                "8000", "--max-model-len", "29216", "--served-model-name", "llama-3.1-8b-instruct"]
     assert {"setting": "max_model_len", "from": 131072, "to": 29216} in plan["changes"]
     actions = [s["action"] for s in plan["steps"]]
     assert actions[0] == "stop_server" and "restart" in actions and "wait_healthy" in actions
@@ -70,3 +72,21 @@ def test_the_kubectl_driver_prints_the_argv_it_would_run(runner):
                                                "rollback", "--driver", "kubectl", "--deployment", "llm/vllm-8b"]).stdout)
     step = next(s for s in rollback["steps"] if s["action"] == "rollback")
     assert "run:     kubectl -n llm rollout undo deployment/vllm-8b" in step["details"]
+
+
+def test_no_oom_has_nothing_to_recover(runner, tmp_path):
+    """A healthy server's bundle is an answer, not an `unknown` (exit 3): exit 0, say so, change nothing."""
+    bundle = tmp_path / "incident"
+    shutil.copytree(sample("healthy-no-oom"), bundle)
+    before = _snapshot(tmp_path)
+    for extra in ([], ["--execute", "--yes"]):
+        result = runner.invoke(main, ["recover", str(bundle), *extra])
+        assert result.exit_code == ExitCode.OK, result.stderr
+        assert result.stdout.strip() == f"{bundle}: nothing to recover: no OOM found in the evidence"
+        assert result.stderr == ""
+    doc = json.loads(runner.invoke(main, ["recover", str(bundle), "--json"]).stdout)
+    assert doc["verdict"]["class"] == "no_oom" and doc["runbook"] is None and doc["steps"] == []
+    assert "nothing to recover" in doc["nothing_to_recover"]
+    assert _snapshot(tmp_path) == before                      # no lock, no actions.jsonl
+    chosen = runner.invoke(main, ["recover", str(bundle), "--runbook", "burst", "--json"])
+    assert chosen.exit_code == 0 and json.loads(chosen.stdout)["runbook"] == "burst"   # an explicit runbook still plans

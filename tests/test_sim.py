@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -284,3 +285,123 @@ def test_click_command_passes_the_flags_through(tmp_path):
     helped = subprocess.run([sys.executable, "-c", code, "serve", "--help"], capture_output=True, text=True,
                             timeout=START_S)
     assert helped.returncode == 0 and "--scenario" in helped.stdout
+
+
+# --- how it exits, how it names itself -------------------------------------------------------------
+
+@pytest.mark.parametrize("flags, why", [
+    (("--scenario", "startup"), "ValueError: To serve at least one request with the models's max seq len (1048576)"),
+    (("--gpu-memory-utilization", "0.97"), "ValueError: Free memory on device (76.00/80.00 GiB) on startup is less "
+                                            "than desired GPU memory utilization (0.97, 77.60 GiB)"),
+])
+def test_a_start_up_failure_says_why_on_stderr(tmp_path, flags, why):
+    log = tmp_path / "vllm.log"
+    done = subprocess.run([sys.executable, "-m", "triage", "sim", "serve", MODEL, "--port", "0", "--log", str(log),
+                           *flags], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_S)
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("triage.sim: exit 1: simulated start-up OOM, EngineCore failed to start: ")
+    assert why in lines[0] and lines[0].endswith(f"(the vLLM log is {log})")
+    assert "EngineCore failed to start." in log.read_text()      # the log has vLLM's own lines
+    assert "triage.sim" not in log.read_text()
+
+
+def test_without_log_the_start_up_failure_is_vllms_own_stderr(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "triage", "sim", "serve", MODEL, "--scenario", "startup"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_S)
+    assert done.returncode == 1
+    assert done.stderr.rstrip().endswith("Failed core proc(s): {'EngineCore_DP0': 1}")   # as vLLM ends
+    assert "triage.sim:" not in done.stderr                     # the log is evidence: nothing of ours in it
+
+
+def test_a_port_in_use_says_why_on_stderr(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = tmp_path / "vllm.log"
+        done = subprocess.run([sys.executable, "-m", "triage", "sim", "serve", MODEL, "--port", str(port), "--log",
+                               str(log)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=START_S)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"triage.sim: exit 1: cannot listen on 127.0.0.1:{port}: ")
+    assert done.stderr.rstrip().endswith(f"(the vLLM log is {log})") and len(done.stderr.splitlines()) == 1
+
+
+def test_help_names_the_command_as_invoked(runner):
+    from triage.cli import main
+
+    helped = runner.invoke(main, ["sim", "serve", "--help"], prog_name="triage")
+    assert helped.exit_code == 0
+    assert helped.stdout.startswith("usage: triage sim serve ") and "--scenario" in helped.stdout
+    bad = runner.invoke(main, ["sim", "serve", MODEL, "--max-num-seqs", "0"], prog_name="triage")
+    assert bad.exit_code == 2 and "triage sim serve: error: --max-num-seqs must be at least 1" in bad.stderr
+    direct = subprocess.run([sys.executable, "-m", "triage.sim", "serve", "--help"], capture_output=True, text=True,
+                            timeout=START_S)
+    assert direct.stdout.startswith("usage: python -m triage.sim serve ")
+    script = Path(sys.executable).with_name("triage")
+    if script.exists():      # the console script of this environment
+        out = subprocess.run([str(script), "sim", "serve", "--help"], capture_output=True, text=True, timeout=START_S)
+        assert out.stdout.startswith("usage: triage sim serve ")
+
+
+# --- the README's burst drill, as written -----------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_block(marker: str) -> str:
+    """The fenced block that follows `<!-- drill: NAME ...-->` in the README."""
+    m = re.search(rf"^<!-- drill: {re.escape(marker)}\b.*?-->\n```bash\n(.*?)^```", README.read_text(encoding="utf-8"),
+                  re.MULTILINE | re.DOTALL)
+    assert m, f"no '{marker}' drill in README.md"
+    return m.group(1)
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "curl", "seq")), reason="the drill needs bash and curl")
+def test_readme_burst_drill_yields_burst_and_the_advised_cap_takes_the_spike(tmp_path, start_sim):
+    script = readme_block("burst")
+    assert "/tmp/burst" in script and ".venv/bin/triage" in script
+    script = script.replace("/tmp/burst", str(tmp_path / "burst")).replace(".venv/bin/triage",
+                                                                         f'"{sys.executable}" -m triage')
+    log = tmp_path / "burst" / "logs" / "vllm.log"
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "100"}, start_new_session=True)
+    api = int(re.search(r"\(APIServer pid=(\d+)\)", log.read_text()).group(1))
+    try:
+        statuses = re.findall(r"\b([2-5]\d\d)\b", done.stdout.split("\n", 2)[1])
+        assert len(statuses) == 100 and "500" in statuses, done.stdout[:2000]
+        assert "BURST" in done.stdout, done.stdout
+        verdict, _ = classify_paths([str(log)])
+        assert verdict.oom_class is OomClass.BURST, verdict.summary
+        assert "KV-cache usage reached" in verdict.summary
+        assert wait_until(lambda: not alive(api), 5), "the drill's `kill $SIM` stops the simulator"
+        text = log.read_text()
+        assert "Finished server process" in text and "torch.OutOfMemoryError" in text
+    finally:
+        try:
+            os.kill(api, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    # The drill's flags plus the advised cap, the same spike (Python instead of curl): all served.
+    flags = re.search(r"sim serve \S+ (.*?) --port 0", script.replace("\\\n", " ")).group(1).split()
+    seqs = next(r for r in verdict.recommendations if r.setting == "max_num_seqs")
+    fixed = start_sim(*flags, "--max-num-seqs", str(seqs.to_value))
+    prompt = " ".join(str(n) for n in range(1, 1001))
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        status = complete(fixed.url, f"request {i}: {prompt}", 100, timeout=60)
+        with lock:
+            results.append(status)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(70)
+    assert results == [200] * 100

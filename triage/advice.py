@@ -15,7 +15,11 @@ from typing import Any
 from .evidence.kinds import Kind
 from .flowchart.context import Context
 from .flowchart.knowledge import matching_bugs, version_tuple
+from .fit import Fit, gather, gib
+from .fit import options as fit_options
+from .launch import rebuild
 from .model import OomClass, Recommendation, Verdict
+from .thresholds import DEFAULT_UTIL, FREE_MARGIN, KV_BUSY, WARMUP_MARGIN
 from .units import as_int, finite_float, whole
 
 GiB = 1 << 30
@@ -81,10 +85,23 @@ def advise(verdict: Verdict, ctx: Context) -> None:
         recs += _upgrade(ctx, cls.value)
     verdict.recommendations = _dedupe(recs)
     verdict.runbook = _RUNBOOKS.get(cls) if cls not in (OomClass.NOT_GPU_OOM,) else _not_gpu_runbook(causes)
-    changes_launch = [r for r in verdict.recommendations
-                      if r.env or (r.to_value is not None and r.setting in _FLAGS.get(ctx.engine, {}))]
-    if changes_launch and ctx.engine in _FLAGS:
-        verdict.command = build_command(ctx, verdict.recommendations)
+    _attach_launch(verdict, ctx)
+
+
+def _attach_launch(verdict: Verdict, ctx: Context) -> None:
+    """The whole launch rebuilt from the evidence (facts.argv, facts.launch) and, for a class
+    recovery relaunches, the new command: every argument kept, only the advised ones changed."""
+    if ctx.engine not in _FLAGS:
+        return
+    rebuilt = rebuild(ctx.launch, ctx.engine, ctx.version, ctx.engine_mode)
+    if rebuilt is None:
+        return
+    verdict.facts["argv"] = list(rebuilt.argv)
+    verdict.facts["launch"] = rebuilt.as_fact()
+    if verdict.oom_class in _RUNBOOKS:
+        argv, env = apply_changes(rebuilt.argv, verdict.recommendations, ctx.engine, ctx.version, ctx.engine_mode)
+        cmd = shlex.join(argv)
+        verdict.command = " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [cmd]) if env else cmd
 
 
 _RUNBOOKS = {OomClass.STARTUP: "startup", OomClass.BURST: "burst", OomClass.CHRONIC: "chronic",
@@ -96,55 +113,129 @@ def _not_gpu_runbook(causes: set[str]) -> str:
 
 
 # --- per class -------------------------------------------------------------------------------
+# Every recommendation's `why` states the basis of its number: the incident's own records (cited
+# source:line), the fit arithmetic of triage/fit.py, or a rule of thumb named as such.
 
 def _startup(ctx: Context, causes: set[str]) -> list[Recommendation]:
     out: list[Recommendation] = []
+    fit = gather(ctx)
     util = _float(_current(ctx, "gpu_memory_utilization"))
     if "kv_cache_blowout" in causes:
         out.append(_max_model_len(ctx))
     free_low = ctx.ev.first(Kind.FREE_MEMORY_LOW)
     if free_low and free_low.fields.get("free_bytes") and free_low.fields.get("total_bytes"):
-        share = free_low.fields["free_bytes"] / free_low.fields["total_bytes"]
-        target = math.floor((share - 0.02) * 100) / 100
-        cur = free_low.fields.get("gpu_memory_utilization") or util
-        if "other_processes" in causes:
-            holders = [p for p in ctx.ev.of(Kind.GPU_PROCESS) if p.fields.get("used_bytes")]
-            who = ", ".join(f"PID {p.fields.get('pid')} ({p.fields.get('name')})" for p in holders[:3])
-            out.append(Recommendation("gpu_memory_utilization", cur, max(0.05, min(target, 0.9)),
-                                      f"only {share:.0%} of the GPU was free at start-up; first free the GPU"
-                                      + (f" ({who} hold memory)" if who else " (another process holds the rest)")
-                                      + " and keep the setting; lower it to this only if weights and KV cache fit "
-                                        "in what is free", "incident"))
-        else:
-            out.append(Recommendation("gpu_memory_utilization", cur, min(target, 0.9),
-                                      f"{share:.1%} of the card was free at start-up; the target must stay below "
-                                      "that (2 points of margin)", "incident"))
+        out += _free_memory_low(ctx, fit, free_low, util, causes)
     if "concurrency_misjudged" in causes:
-        warm = ctx.ev.first(Kind.WARMUP_OOM)
-        setting = (warm.fields.get("setting") if warm else None) or "max_num_seqs"
-        cur = _int(_current(ctx, setting)) or (warm.fields.get("dummy_requests") or warm.fields.get("tokens") if warm else None)
-        if cur and cur >= 2:
-            new = cur // 2
-            out.append(Recommendation(setting, cur, new, f"the start-up warm-up for {setting}={cur} did not fit; halve it "
-                                      "(the sampler's warm-up allocates per sequence)", "incident"))
+        cut = _warmup_cut(ctx)
+        if cut:
+            out.append(cut)
     if "model_too_large" in causes:
-        tp = _int(_current(ctx, "tensor_parallel_size")) or 1
-        out.append(Recommendation("tensor_parallel_size", tp, tp * 2, "the weights do not fit one card's budget: shard "
-                                  "them over twice the GPUs (or serve a quantised checkpoint: AWQ/GPTQ int4 is about "
-                                  "1/4 of fp16 weights, FP8 about 1/2)", "rule_of_thumb"))
-    graphs = ctx.ev.first(Kind.GRAPH_CAPTURE)
+        out += _too_large(fit)
     frames = ctx.frames_near(ctx.primary) if ctx.primary else []
     if any(f[2] in ("capture_model", "_capture_cudagraphs", "capture") for f in frames):
-        out.append(Recommendation("enforce_eager", _current(ctx, "enforce_eager") or False, True,
-                                  "the OOM hit during CUDA graph capture; eager mode gives back the graph memory "
-                                  "(1-3 GiB per GPU)" + (f", {graphs.fields.get('graph_bytes')} bytes here" if graphs else ""),
-                                  "rule_of_thumb"))
-    if not out and ctx.primary is not None:
-        if util is None or util > 0.85:
+        if fit.graphs:
+            why, basis = (f"the OOM hit during CUDA graph capture; eager mode gives back the graph memory: "
+                          f"{fit.graphs.describe()}"), "incident"
+        else:
+            why, basis = ("the OOM hit during CUDA graph capture; eager mode gives back the graph memory (1-3 GiB per "
+                          "GPU by the write-ups' rule of thumb; the log gives no graph size)"), "rule_of_thumb"
+        out.append(Recommendation("enforce_eager", _current(ctx, "enforce_eager") or False, True, why, basis))
+    if not out and ctx.primary is not None and (util is None or util > 0.85):
+        if fit.holds(0.85) is not False:
             out.append(Recommendation("gpu_memory_utilization", util, 0.85,
                                       "rule of thumb for an unexplained start-up OOM: leave 15% for the CUDA context, "
-                                      "NCCL and activation peaks", "rule_of_thumb"))
+                                      f"NCCL and activation peaks; {fit.check(0.85)}", "rule_of_thumb"))
+        elif fit.holds(util or DEFAULT_UTIL) is False:
+            out += fit_options(fit, f"The server does not fit this GPU: {fit.check(util or DEFAULT_UTIL)}.")
     return out
+
+
+def _free_memory_low(ctx: Context, fit: Fit, rec, util: float | None, causes: set[str]) -> list[Recommendation]:
+    """vLLM's start-up check: less free than the target asks. A lower target only where its budget
+    still holds the server; otherwise what fits instead (free the GPU, another GPU, ...)."""
+    free, total = rec.fields["free_bytes"], rec.fields["total_bytes"]
+    share = free / total
+    cur = rec.fields.get("gpu_memory_utilization") or util
+    target = min(fit.util_free_now() or 0.0, DEFAULT_UTIL)
+    said = f"{share:.1%} of the card ({gib(free, 2)} of {gib(total, 2)}) was free at start-up ({rec.where})"
+    holders = [f"PID {t.pid} ({t.name}) holds {gib(t.bytes)} ({t.where})" for t in fit.tenants[:3]]
+    if target < 0.05 or fit.holds(target) is False:
+        need = fit.need()
+        blocking = (f"No gpu_memory_utilization fits this GPU as it is: {said}, and the most a target can take, "
+                    f"{target:g} (what is free less {FREE_MARGIN:.0%} of the card), gives "
+                    f"{gib(fit.budget(target), 2)}" + (f", less than what the server needs: {fit.need_text()}"
+                                                        f"{fit.unknown_text()}." if need else "."))
+        recs = fit_options(fit, blocking, others_hold="other_processes" in causes)
+        if recs:
+            return recs
+        return [Recommendation("other_gpu_processes", "; ".join(holders) or f"{gib(total - free)} held",
+                               "none", blocking + " Free the GPU (or move the server to another one) and keep "
+                               f"gpu_memory_utilization {cur}.", "incident", manual=True)]
+    if "other_processes" in causes:
+        why = (f"only {said}" + (f"; {', '.join(holders)}" if holders else "; other processes held the rest")
+               + f". {target:g} is what is free less {FREE_MARGIN:.0%} of the card: {fit.check(target)}. Freeing the "
+               f"GPU and keeping {cur} instead gives the server more KV cache")
+    else:
+        why = (f"{said}; the target must stay below that ({FREE_MARGIN:.0%} of the card as margin): "
+               f"{fit.check(target)}")
+    return [Recommendation("gpu_memory_utilization", cur, target, why, "incident")]
+
+
+def _warmup_cut(ctx: Context) -> Recommendation | None:
+    """A warm-up that did not fit (vLLM's sampler with max_num_seqs dummy requests, TGI's prefill
+    with max_batch_prefill_tokens), sized from its own failed allocation: bytes per unit, then the
+    units that fit in what was free, less a margin."""
+    warm = ctx.ev.first(Kind.WARMUP_OOM)
+    setting = (warm.fields.get("setting") if warm else None) or "max_num_seqs"
+    units = (warm.fields.get("dummy_requests") or warm.fields.get("tokens")) if warm else None
+    cur = _int(_current(ctx, setting)) or units
+    if not cur or cur < 2:
+        return None
+    units = units or cur
+    oom = _oom_before(ctx, warm)
+    unit = "sequence" if setting == "max_num_seqs" else "token"
+    if oom is not None:
+        tried, free = oom.fields["tried_bytes"], oom.fields["free_bytes"]
+        per = tried / units
+        fits = free / per
+        new = int(fits * (1 - WARMUP_MARGIN))
+        if 1 <= new < cur:
+            return Recommendation(setting, cur, new, (
+                f"the start-up warm-up for {setting}={units} tried to allocate {gib(tried, 2)} with {gib(free, 2)} "
+                f"free ({oom.where}): {per / (1 << 20):.2f} MiB per {unit}, so {int(fits)} fit in what was free; {new} "
+                f"keeps {WARMUP_MARGIN:.0%} of it as margin (the warm-up allocates more than this one tensor)"), "incident")
+    return Recommendation(setting, cur, cur // 2, (
+        f"the start-up warm-up for {setting}={cur} did not fit and the log gives no allocation to size it from (a "
+        "torch OOM with 'Tried to allocate ... free'): halve it (rule of thumb; the warm-up allocates per "
+        f"{unit})"), "rule_of_thumb")
+
+
+def _oom_before(ctx: Context, warm):
+    """The torch OOM (with its request and free bytes) that the warm-up failure reports."""
+    ooms = [o for o in ctx.ev.of(Kind.TORCH_OOM) if o.fields.get("tried_bytes") and o.fields.get("free_bytes")]
+    if warm is not None:
+        near = [o for o in ooms if o.source == warm.source and o.seq < warm.seq]
+        if near:
+            return near[-1]
+    return ooms[0] if ooms and warm is not None else None
+
+
+def _too_large(fit: Fit) -> list[Recommendation]:
+    """The weights do not fit: the smallest tensor parallelism whose per-GPU share fits the budget."""
+    util = fit.util or DEFAULT_UTIL
+    if fit.weights and fit.total:
+        for tp in (fit.tp * 2, fit.tp * 4, fit.tp * 8):
+            if fit.holds(util, tp=tp):
+                return [Recommendation("tensor_parallel_size", fit.tp, tp, (
+                    f"at tensor_parallel_size {fit.tp} {fit.check(util)}; over {tp} GPUs each needs "
+                    f"{gib(fit.need(tp=tp))} ({fit.need_text(tp=tp)}), within {fit.budget_text(util)}"), "incident")]
+        need = fit.need() or 0
+        return fit_options(fit, f"The model does not fit: {fit.check(util)}, and not over {fit.tp * 8} GPUs either "
+                                f"({gib(need * fit.tp / (fit.tp * 8))} per GPU).")
+    return [Recommendation("tensor_parallel_size", fit.tp, fit.tp * 2, (
+        "the weights do not fit one card's budget and their size is not in the evidence (no 'Model loading took' "
+        "line, no size in the model name): shard them over twice the GPUs (rule of thumb; or serve a quantised "
+        "checkpoint: AWQ/GPTQ int4 is about 1/4 of fp16 weights, FP8 about 1/2)"), "rule_of_thumb")]
 
 
 def _max_model_len(ctx: Context) -> Recommendation:
@@ -152,14 +243,16 @@ def _max_model_len(ctx: Context) -> Recommendation:
     cur = _int(_current(ctx, "max_model_len")) or (rec.fields.get("max_model_len") if rec else None)
     if rec and rec.fields.get("estimated_max_model_len"):
         new = int(rec.fields["estimated_max_model_len"])
-        why = f"vLLM computed that at most {new} tokens fit the KV cache it had"
+        why = f"vLLM computed that at most {new} tokens fit the KV cache it had ({rec.where})"
         return Recommendation("max_model_len", cur, new, why + "; set it to your real P99 prompt+response if lower",
                               "incident")
     if rec and rec.fields.get("needed_bytes") and rec.fields.get("available_bytes") and cur:
-        new = int(cur * rec.fields["available_bytes"] / rec.fields["needed_bytes"]) // ctx.block_size * ctx.block_size
+        ratio = rec.fields["available_bytes"] / rec.fields["needed_bytes"]
+        new = int(cur * ratio) // ctx.block_size * ctx.block_size
         return Recommendation("max_model_len", cur, new,
-                              f"the KV cache it had holds {rec.fields['available_bytes'] / rec.fields['needed_bytes']:.0%} "
-                              f"of what max_model_len={cur} needs (computed from the error's own numbers)", "incident")
+                              f"the KV cache it had, {gib(rec.fields['available_bytes'], 2)}, holds {ratio:.0%} of the "
+                              f"{gib(rec.fields['needed_bytes'], 2)} max_model_len={cur} needs ({rec.where}): {cur} x "
+                              f"{ratio:.3f}, down to a multiple of the {ctx.block_size}-token block", "incident")
     from .flowchart.causes import kv_tokens
 
     cap = kv_tokens(ctx)
@@ -167,7 +260,8 @@ def _max_model_len(ctx: Context) -> Recommendation:
         new = cap[0] // ctx.block_size * ctx.block_size
         return Recommendation("max_model_len", cur, new, f"the KV cache held {cap[0]} tokens (logged at "
                               f"{cap[1][0].where}); one request of max_model_len must fit", "incident")
-    return Recommendation("max_model_len", cur, None, "cap it at the real P99 of prompt+response length", "rule_of_thumb")
+    return Recommendation("max_model_len", cur, None, "cap it at the real P99 of prompt+response length (the evidence "
+                          "gives no KV-cache size to compute it from)", "rule_of_thumb")
 
 
 def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
@@ -184,43 +278,86 @@ def _burst(ctx: Context, causes: set[str]) -> list[Recommendation]:
                                       "(flowchart table: 24 GB -> 4096, 40 GB -> 8192, 80 GB -> 16384-24576)",
                                       "rule_of_thumb"))
     stats = ctx.last_before(Kind.STATS.value, ctx.primary)
-    running = max((s.fields.get("running") or 0 for s in stats[-6:]), default=0)
     cur_seqs = _int(_current(ctx, "max_num_seqs"))
-    if running >= 4:
-        new = 2 ** int(math.log2(running * 0.75))     # a power of two below the concurrency that failed
-        if new < running and (cur_seqs is None or new < cur_seqs):
-            out.append(Recommendation("max_num_seqs", cur_seqs, new,
-                                      f"up to {int(running)} requests were running in the minute before it failed; cap "
-                                      "concurrency below that (and rate-limit per pod at the gateway)", "incident"))
-    elif cur_seqs and cur_seqs > 128:
-        out.append(Recommendation("max_num_seqs", cur_seqs, 128, "vLLM's default concurrency is optimistic; match the "
-                                  "real peak behind the load balancer", "rule_of_thumb"))
+    cap = _kv_sized_cap(stats, cur_seqs, min_running=4)
+    if cap:
+        out.append(cap)
+    elif not any(s.fields.get("running") for s in stats) and cur_seqs and cur_seqs > 128:
+        out.append(Recommendation("max_num_seqs", cur_seqs, 128, "vLLM's default concurrency is optimistic and the "
+                                  "log shows no running count to size it from: match the real peak behind the load "
+                                  "balancer (rule of thumb: 128)", "rule_of_thumb"))
     if ctx.engine == "vllm" and ctx.engine_mode != "v1" and not ctx.arg("enable_chunked_prefill"):
         out.append(Recommendation("enable_chunked_prefill", False, True, "split long prefills so one huge prompt cannot "
                                   "claim a whole step's activation memory", "rule_of_thumb"))
     return out
 
 
+def _kv_sized_cap(stats, cur: int | None, min_running: int = 1, kv_only: bool = False,
+                  window: int | None = 6) -> Recommendation | None:
+    """max_num_seqs from the concurrency the KV cache really carried: the busiest of the last
+    `window` stats readings (None: of all before the failure), scaled so KV usage stays under
+    KV_BUSY (the level the classifier already calls the cache the bottleneck). Without a KV reading
+    (or one below KV_BUSY: the cache was not the limit), a quarter below the concurrency that
+    failed, labelled a rule of thumb (`kv_only`: none)."""
+    readings = [s for s in stats if s.fields.get("running")]
+    if not readings:
+        return None
+    last = readings[-1]
+    readings = readings[-window:] if window else readings
+    # the busiest reading; of equally busy ones the fullest cache (the smaller, safer cap)
+    peak = max(readings, key=lambda s: (s.fields["running"], s.fields.get("kv_usage") or 0))
+    running, kv = int(peak.fields["running"]), peak.fields.get("kv_usage")
+    if running < min_running:
+        return None
+    if kv is not None and kv >= KV_BUSY:
+        new = math.floor(running * KV_BUSY / kv)
+        then = ""
+        if window is None and last is not peak:
+            then = (f", the busiest it was before the failure (at the end {int(last.fields['running'])} ran at "
+                    f"{(last.fields.get('kv_usage') or 0):.1%}: cached prefixes held the rest)")
+        why, basis = (f"{running} running at {kv:.1%} KV-cache usage ({peak.where}){then}; {new} keeps KV usage "
+                      f"under {KV_BUSY:.0%} ({running} x {KV_BUSY:.2f}/{kv:.3f}); rate-limit per pod at the gateway "
+                      "to match"), "incident"
+    elif kv_only:
+        return None
+    else:
+        new = int(running * 0.75)
+        seen = "no KV-cache usage in the stats" if kv is None else f"KV-cache usage only {kv:.0%}: the cache was not " \
+                                                                    "the limit"
+        why, basis = (f"{running} running when it failed ({peak.where}), {seen}; cap a quarter below that (rule of "
+                      "thumb) and rate-limit per pod at the gateway"), "rule_of_thumb"
+    if new < 1 or new >= running or (cur is not None and new >= cur):
+        return None
+    return Recommendation("max_num_seqs", cur, new, why, basis)
+
+
 def _chronic(ctx: Context, verdict: Verdict, causes: set[str]) -> list[Recommendation]:
     out = []
     if "allocator_fragmentation" in causes or "memory_leak" not in causes:
+        frag = next((c for c in verdict.causes if c.id == "allocator_fragmentation"), None)
+        seen = f" ({frag.detail})" if frag and frag.detail else ""
         out.append(Recommendation("PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True",
-                                  "lets the caching allocator grow segments instead of leaving unusable split blocks "
-                                  "(optionally add garbage_collection_threshold:0.8)",
+                                  "lets the caching allocator grow segments instead of leaving unusable split blocks"
+                                  f"{seen} (optionally add garbage_collection_threshold:0.8)",
                                   "incident" if "allocator_fragmentation" in causes else "rule_of_thumb", env=True))
     leak = next((c for c in verdict.causes if c.id == "memory_leak"), None)
-    hours = _hours_to_exhaustion(ctx, leak) if leak else None
-    if hours is not None:
+    growth = _memory_growth(ctx, leak) if leak else None
+    if growth is not None:
+        hours = growth["hours_to_full"]
         every = max(1, int(hours * 0.5))
-        out.append(Recommendation("scheduled_restart_hours", None, every,
-                                  f"memory grows steadily and would fill the card about {hours:.0f} h after a restart; "
-                                  "restart gracefully (drain first) at half that until the leak is fixed", "incident"))
+        verdict.facts["memory_growth"] = growth
+        out.append(Recommendation("scheduled_restart_hours", None, every, (
+            f"the leak fills the card about {hours:.0f} h after a restart: GPU memory rose "
+            f"{gib(growth['bytes_per_hour'], 2)}/h with flat load (from {gib(growth['first_used_bytes'])} at "
+            f"{growth['first']} to {gib(growth['last_used_bytes'])} at {growth['last']}, card "
+            f"{gib(growth['total_bytes'])}); restart gracefully (drain first) at half that until the leak is fixed"),
+            "incident", manual=True))
     return out
 
 
-def _hours_to_exhaustion(ctx: Context, leak) -> float | None:
-    """From the leak's first and last GPU readings: hours from the first reading until the card is full."""
-    if len(leak.evidence) < 2:
+def _memory_growth(ctx: Context, leak) -> dict[str, Any] | None:
+    """The leak's rate from its first and last GPU readings, and the hours until the card is full."""
+    if leak is None or len(leak.evidence) < 2:
         return None
     first, last = leak.evidence[0], leak.evidence[-1]
     if first.time is None or last.time is None or last.time <= first.time:
@@ -231,20 +368,31 @@ def _hours_to_exhaustion(ctx: Context, leak) -> float | None:
     if not (used0 and used1 and total) or used1 <= used0:
         return None
     rate = (used1 - used0) / ((last.time - first.time).total_seconds() / 3600)
-    return (total - used0) / rate
+    return {"bytes_per_hour": int(rate), "hours_to_full": round((total - used0) / rate, 1),
+            "first": first.where, "last": last.where, "first_used_bytes": int(used0), "last_used_bytes": int(used1),
+            "total_bytes": int(total)}
 
 
 def _prefix_cache(ctx: Context, causes: set[str]) -> list[Recommendation]:
     out: list[Recommendation] = []
-    hit = next((c for c in ctx.ev.of(Kind.STATS) if c.fields.get("prefix_hit_rate") is not None), None)
+    hit = next((c for c in reversed(ctx.last_before(Kind.STATS.value, ctx.primary))
+                if c.fields.get("prefix_hit_rate") is not None), None)
+    seen = (f"the hit rate was {hit.fields['prefix_hit_rate']:.1%} ({hit.where}), " if hit else
+            "the log shows no hit rate; ")
     out.append(Recommendation("enable_prefix_caching", True, False,
-                              "the prefix cache holds blocks that are rarely reused; turn it off while the hit rate "
-                              "is below 30% (it pays off for shared system prompts, >60% hit rate)",
+                              f"the prefix cache holds blocks that are rarely reused: {seen}turn it off while the hit "
+                              "rate is below 30% (it pays off for shared system prompts, >60% hit rate)",
                               "incident" if hit else "rule_of_thumb"))
     cur = _int(_current(ctx, "max_num_seqs"))
-    if cur and cur > 256:
+    # A cap only where the live KV cache was full (otherwise turning the cache off is the fix), sized
+    # from the busiest reading of the whole log: by the end, cached prefixes crowd live sequences out.
+    cap = _kv_sized_cap(ctx.last_before(Kind.STATS.value, ctx.primary), cur, kv_only=True, window=None)
+    if cap:
+        out.append(cap)
+    elif cur and cur > 256 and not any(s.fields.get("running") for s in ctx.ev.of(Kind.STATS)):
         out.append(Recommendation("max_num_seqs", cur, cur // 2, "halve the concurrency cap so live sequences keep "
-                                  "their KV blocks", "rule_of_thumb"))
+                                  "their KV blocks (rule of thumb: the log shows no running count to size it from)",
+                                  "rule_of_thumb"))
     return out
 
 
@@ -255,10 +403,16 @@ def _discrepancy(ctx: Context, verdict: Verdict) -> list[Recommendation]:
     if budget is None or actual is None:
         return []
     gap = actual[0] - budget[0]
-    new = math.floor((budget[0] - gap - 0.01) * 100) / 100
-    return [Recommendation("gpu_memory_utilization", budget[0], max(0.5, new),
-                           f"the card was {gap * 100:.1f} points fuller than the engine's budget; take that (and a "
-                           "point of margin) off the budget until the accounting is fixed", "incident")]
+    new = max(0.5, math.floor((budget[0] - gap - 0.01) * 100) / 100)
+    fit = gather(ctx)
+    if fit.holds(new) is False:
+        return []           # a budget that cannot hold the weights is no fix; the other advice stands
+    where = f" ({actual[1].where} vs {budget[1].where})" if budget[1] is not None else f" ({actual[1].where})"
+    return [Recommendation("gpu_memory_utilization", budget[0], new,
+                           f"the card was {actual[0]:.1%} full against the engine's {budget[0]:.0%} budget{where}: "
+                           f"{gap * 100:.1f} points it does not see; take that and a point of margin off the budget "
+                           f"until the accounting is fixed ({budget[0]:g} - {gap:.3f} - 0.01); {fit.check(new)}",
+                           "incident")]
 
 
 def _upgrade(ctx: Context, oom_class: str) -> list[Recommendation]:
@@ -266,20 +420,19 @@ def _upgrade(ctx: Context, oom_class: str) -> list[Recommendation]:
     for bug, _ in matching_bugs(ctx, oom_class):
         if bug.fixed_in:
             out.append(Recommendation("engine_version", ctx.version, bug.fixed_in,
-                                      f"{bug.title} ({bug.id}; {bug.source})", "knowledge_base"))
+                                      f"{bug.title} ({bug.id}; {bug.source}); fixed in {bug.fixed_in}",
+                                      "knowledge_base", manual=True))
     return out[:1]
 
 
 # --- command line ----------------------------------------------------------------------------
 
-def build_command(ctx: Context, recs: list[Recommendation]) -> str | None:
-    """The launch command with only the recommended settings changed."""
-    argv = list(ctx.argv) if ctx.argv else _argv_from_args(ctx)
-    if argv is None:
-        return None
-    argv, env = apply_changes(argv, recs, ctx.engine, ctx.version, ctx.engine_mode)
-    cmd = " ".join(shlex.quote(a) for a in argv)
-    return " ".join([f"{k}={v}" for k, v in env.items()] + [cmd]) if env else cmd
+def is_launch_change(rec: Recommendation, engine: str) -> bool:
+    """True when a relaunch makes this change (a flag of the engine, or an environment variable);
+    an upgrade or a restart schedule is a step for a person, never part of a command line."""
+    if rec.to_value is None or getattr(rec, "manual", False):
+        return False
+    return rec.env or rec.setting in _FLAGS.get(engine, _FLAGS["vllm"])
 
 
 def apply_changes(argv: list[str], recs: list[Recommendation], engine: str = "vllm", version: str | None = None,
@@ -292,10 +445,10 @@ def apply_changes(argv: list[str], recs: list[Recommendation], engine: str = "vl
     argv = list(argv)
     env: dict[str, str] = {}
     for rec in recs:
+        if not is_launch_change(rec, engine):
+            continue
         if rec.env:
             env[rec.setting] = str(rec.to_value)
-            continue
-        if rec.setting == "engine_version" or rec.to_value is None:
             continue
         flag = flags.get(rec.setting)
         if flag is None:
@@ -308,38 +461,6 @@ def apply_changes(argv: list[str], recs: list[Recommendation], engine: str = "vl
             continue
         argv = _set_flag(argv, flag, _fmt(rec.to_value))
     return argv, env
-
-
-def _argv_from_args(ctx: Context) -> list[str] | None:
-    model = ctx.arg("model", "model_path", "model_id")
-    if not model:
-        return None
-    engine = ctx.engine
-    if engine == "sglang":
-        argv = ["python", "-m", "sglang.launch_server", "--model-path", str(model)]
-    elif engine == "tgi":
-        argv = ["text-generation-launcher", "--model-id", str(model)]
-    elif engine == "lmdeploy":
-        argv = ["lmdeploy", "serve", "api_server", str(model)]
-    elif engine == "trtllm":
-        argv = ["trtllm-serve", str(model)]
-    elif engine == "llama.cpp":
-        argv = ["llama-server", "--model", str(model)]
-    elif engine != "vllm":
-        return None
-    else:
-        argv = ["vllm", "serve", str(model)]
-    for setting, flag in _FLAGS[engine].items():
-        name = _ALIASES.get(engine, {}).get(setting, setting)
-        val = ctx.args.get(name)
-        if val in (None, "None", False) or setting in ("enable_prefix_caching", "enable_chunked_prefill"):
-            continue
-        if setting == "tensor_parallel_size" and val == 1:
-            continue
-        argv += [flag] if val is True else [flag, _fmt(val)]
-    if engine == "vllm" and ctx.args.get("enable_prefix_caching") is True and version_tuple(ctx.version or "0") < (0, 8, 0):
-        argv.append("--enable-prefix-caching")
-    return argv
 
 
 def _toggle_prefix_caching(argv: list[str], engine: str, version: str | None, engine_mode: str | None,
@@ -367,7 +488,8 @@ def _set_flag(argv: list[str], flag: str, value: str) -> list[str]:
 
 
 def _set_bool(argv: list[str], flag: str, on: bool) -> list[str]:
-    out = [a for a in argv if a != flag]
+    # Both spellings go: a BooleanOptionalAction flag may be on the line as --no-<flag>.
+    out = [a for a in argv if a not in (flag, "--no-" + flag[2:])]
     return out + [flag] if on else out
 
 

@@ -22,28 +22,51 @@ def read_incident(root: Path) -> tuple[dict[str, Any], Path | None]:
     for name in INCIDENT_FILES:
         path = root / name
         if path.exists():
-            import yaml  # only bundles have incident.yaml; keep it off the cold path
-
             from .safefile import read_regular
 
             try:
                 if path.stat().st_size > MAX_INCIDENT_BYTES:
                     raise BadInput(str(path), f"larger than {MAX_INCIDENT_BYTES >> 10} KiB: not an incident description")
                 # read_regular: a FIFO planted as incident.yaml is refused at once instead of blocking
-                data = yaml.safe_load(read_regular(path).decode("utf-8", errors="replace"))
-            except yaml.YAMLError as exc:
-                raise BadInput(str(path), f"invalid YAML: {str(exc).splitlines()[0]}") from None
+                raw = read_regular(path)
             except OSError as exc:
                 raise BadInput(str(path), f"cannot read: {exc.strerror or exc}") from None
-            except RecursionError:
-                raise BadInput(str(path), f"invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels") from None
-            except (ValueError, OverflowError) as exc:
-                # a value YAML types but Python cannot hold: `created: 0000-01-01`, an int of 5,000 digits
-                why = "a number with more than 4,300 digits" if "4300 digits" in str(exc) else str(exc).splitlines()[0][:120]
-                raise BadInput(str(path), f"invalid YAML value: {why}") from None
-            _check_shape(data, path)
-            return (data if isinstance(data, dict) else {}), path
+            return parse_incident(raw, path), path
     return {}, None
+
+
+def parse_incident(raw: bytes, path: Path | str) -> dict[str, Any]:
+    """incident.yaml's bytes as a mapping ({} for a document that is not one); BadInput naming
+    `path` (and, for a syntax error, the line and column) when it cannot be used."""
+    import yaml  # only bundles have incident.yaml; keep it off the cold path
+
+    if len(raw) > MAX_INCIDENT_BYTES:
+        raise BadInput(str(path), f"larger than {MAX_INCIDENT_BYTES >> 10} KiB: not an incident description")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8", errors="replace"))
+    except yaml.YAMLError as exc:
+        raise BadInput(str(path), yaml_problem(exc)) from None
+    except RecursionError:
+        raise BadInput(str(path), f"invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels") from None
+    except (ValueError, OverflowError) as exc:
+        # a value YAML types but Python cannot hold: `created: 0000-01-01`, an int of 5,000 digits
+        why = "a number with more than 4,300 digits" if "4300 digits" in str(exc) else str(exc).splitlines()[0][:120]
+        raise BadInput(str(path), f"invalid YAML value: {why}") from None
+    _check_shape(data, Path(path))
+    return data if isinstance(data, dict) else {}
+
+
+def yaml_problem(exc: Exception) -> str:
+    """`invalid YAML at line 3, column 8: expected ',' or ']' (while parsing a flow sequence)`:
+    where the parser gave up (yaml's problem_mark, 1-based) and why."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    if mark is None or not problem:
+        lines = str(exc).splitlines()
+        return f"invalid YAML: {lines[0] if lines else exc.__class__.__name__}"
+    why = f"{problem} ({context})" if context else problem
+    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {why}"
 
 
 MAX_INCIDENT_BYTES = 1 << 20
@@ -83,3 +106,45 @@ def zone(name: str, where: Path | str) -> tzinfo:
         return ZoneInfo(name)
     except Exception:
         raise BadInput(str(where), f"unknown time zone {name!r}") from None
+
+
+def is_bundle(path: Path) -> bool:
+    """A directory with an incident.yaml (or .yml) of its own."""
+    return any((path / name).exists() for name in INCIDENT_FILES)
+
+
+MAX_BUNDLE_DEPTH = 8
+
+
+def sorted_entries(directory: str) -> list:
+    """`os.scandir(directory)` in name order; [] when it cannot be read (a walk goes on past it)."""
+    import os
+
+    try:
+        return sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def find_bundles(root: Path) -> list[Path]:
+    """The incident bundles under `root` (which is none itself), in name order: every directory
+    holding an incident.yaml, not looked into further. Hidden directories, symlinked ones and
+    the recovery/ logs are left out; the walk stops MAX_BUNDLE_DEPTH levels down."""
+    found: list[Path] = []
+    pending = [(str(root), 0)]
+    while pending:
+        here, depth = pending.pop()
+        subdirs = []
+        for entry in sorted_entries(here):
+            try:
+                if entry.name.startswith(".") or entry.name == RELAUNCH_DIR or not entry.is_dir(follow_symlinks=False):
+                    continue
+            except OSError:
+                continue
+            path = Path(entry.path)
+            if is_bundle(path):
+                found.append(path)
+            elif depth + 1 < MAX_BUNDLE_DEPTH:
+                subdirs.append((entry.path, depth + 1))
+        pending.extend(reversed(subdirs))
+    return sorted(found, key=lambda p: str(p))

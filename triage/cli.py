@@ -49,7 +49,8 @@ class TriageGroup(click.Group):
         except TriageError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"triage: {mask_text(str(exc))}", err=True)
+            for line in mask_text(str(exc)).splitlines() or [""]:    # one line per input that failed
+                click.echo(f"triage: {line}", err=True)
             ctx.exit(int(exc.exit_code))
         except click.ClickException as exc:
             exc.message = mask_text(exc.message)    # click prints it after the masked streams are gone
@@ -102,7 +103,8 @@ def main(ctx: click.Context, debug: bool) -> None:
               help="Most a compressed input may expand to (default 4GiB, or $TRIAGE_MAX_INPUT_BYTES), e.g. 16GiB.")
 def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, explain: bool, year: int | None,
              tz_name: str | None, max_input: str | None) -> None:
-    """Classify the OOM in PATHS: log files (.gz too), bundle directories, scrapes, or - for stdin."""
+    """Classify the OOM in PATHS: log files (.gz, .bz2, .xz, .zst too), bundle directories (or a .tar.gz / .zip
+    of one), scrapes, or - for stdin. A directory of several bundles gets one verdict per bundle."""
     from .api import classify_paths
     from .units import parse_size
 
@@ -111,6 +113,16 @@ def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, e
     max_bytes = parse_size(max_input) if max_input is not None else None
     if max_input is not None and not max_bytes:
         raise click.BadParameter(f"{max_input!r} is not a size (use bytes or e.g. 16GiB)", param_hint="--max-input-bytes")
+    from .multi import incident_groups
+
+    groups = incident_groups(paths) if paths else []
+    if len(groups) > 1:        # several incident bundles: one verdict each, never merged
+        if metrics_urls or explain:
+            raise click.UsageError(f"{'--metrics-url' if metrics_urls else '--explain'} is for one incident: "
+                                   f"the PATHs hold {len(groups)} bundles; give one of them")
+        sys.exit(_classify_each(groups, paths, as_json=as_json, year=year, tz_name=tz_name, max_bytes=max_bytes))
+    if groups:
+        paths = groups[0].paths    # a directory holding one bundle is that bundle
     with _progress(paths) as progress:
         verdict, evidence = classify_paths(paths, year=year, tz=tz_name, metrics_urls=metrics_urls, progress=progress,
                                            max_bytes=max_bytes)
@@ -124,6 +136,32 @@ def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, e
         render_verdict(verdict, evidence, explain=explain)
     _warn(evidence.warnings)
     sys.exit(int(ExitCode.UNKNOWN if verdict.oom_class.value == "unknown" else ExitCode.OK))
+
+
+def _classify_each(groups, paths: Sequence[str], *, as_json: bool, year: int | None, tz_name: str | None,
+                   max_bytes: int | None) -> int:
+    """`triage classify` of several bundles: a table (or JSON Lines), warnings and errors naming
+    each bundle on stderr; the exit code of triage.multi.exit_code."""
+    from .multi import classify_groups, exit_code, json_lines, table
+    from .output import output_width
+
+    outcomes = classify_groups(groups, year=year, tz=tz_name, max_bytes=max_bytes)
+    if as_json:
+        for doc in json_lines(outcomes):
+            echo_json(doc, ensure_ascii=False)
+    else:
+        import textwrap
+
+        base, width = (paths[0] if len(paths) == 1 else None), output_width()
+        for line in textwrap.wrap(f"{len(groups)} incident bundles in {', '.join(paths)}: one verdict each", width,
+                                  subsequent_indent="  ", break_on_hyphens=False) + table(outcomes, width, base):
+            click.echo(line)
+    for o in outcomes:
+        if o.error:
+            for line in o.error.splitlines():
+                click.echo(f"triage: {line}", err=True)
+        _warn([f"{o.group.label}: {w}" for w in o.warnings])
+    return exit_code(outcomes)
 
 
 @main.command(name="eval")
@@ -158,6 +196,7 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
     """List the recovery runbooks (bundled and --dir), validating every file strictly."""
     from pathlib import Path
 
+    from .output import wrap_plain
     from .recovery.runbooks import load_runbooks
 
     books = load_runbooks([Path(d) for d in dirs])
@@ -168,8 +207,8 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
                                for b in books.values()}, indent=2))
         return
     for book in books.values():
-        click.echo(f"{book.id:14s} {book.title}  ({len(book.steps)} steps: "
-                   f"{', '.join(s.action for s in book.steps)})")
+        click.echo(wrap_plain(f"{book.id:14s} {book.title}  ({len(book.steps)} steps: "
+                              f"{', '.join(s.action for s in book.steps)})", indent=15))
 
 
 @main.command()
@@ -206,10 +245,21 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
     after the last completed step. A relaunch command read from the bundle (not from the running
     server or --launch-command) runs only once confirmed at the prompt or by --trust-bundle-launch.
     """
-    from .recovery.session import open_session
+    from .recovery.session import NothingToRecover, open_session
 
-    session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
-                           pids=pids, url=url, launch_command=launch_command, driver=driver, deployment=deployment)
+    try:
+        session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
+                               pids=pids, url=url, launch_command=launch_command, driver=driver,
+                               deployment=deployment)
+    except NothingToRecover as done:      # no_oom: an answer, not an error (exit 0)
+        if as_json:
+            v = done.verdict
+            echo_json({"schema": "triage.plan/v1", "dry_run": not execute, "runbook": None,
+                       "verdict": {"class": v.oom_class.value, "confidence": v.confidence, "summary": v.summary},
+                       "nothing_to_recover": str(done), "steps": []}, indent=2)
+        else:
+            click.echo(str(done))
+        return
     if not execute:
         from .recovery.context import ExecOptions as _Options
         from .recovery.executor import resume_point
@@ -278,7 +328,9 @@ def audit_verify(incident: str) -> None:
         for problem in report.problems:
             click.echo(f"triage: {problem}", err=True)
         sys.exit(int(ExitCode.BAD_INPUT))
-    click.echo(report.summary())
+    from .output import wrap_plain
+
+    click.echo(wrap_plain(report.summary(), indent=4))     # to the output width, `label: N` kept whole
     if report.untrusted:
         shown = 20
         for line in report.untrusted[:shown]:

@@ -6,15 +6,19 @@ it out, so a wrapped line never splits a secret into pieces no pattern recognise
 """
 from __future__ import annotations
 
-from typing import Any
+import re
+import sys
+from typing import Any, Iterable
 
 import rich.console
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from .model import EvidenceSet, Verdict
+from .output import output_width
 from .paths import runbooks_dir
 from .redact import mask_text, redact_output
 from .report import iso, same_fact
@@ -26,7 +30,16 @@ class Console(rich.console.Console):
       panels;
     * a closed pipe (`triage classify ... | head`) raises BrokenPipeError, which the CLI turns
       into the SIGPIPE exit status, instead of rich's own SystemExit(1), which would read as
-      "bad input"."""
+      "bad input";
+    * its width follows the one rule of `triage.output.output_width`: COLUMNS when set, else the
+      terminal's width on a terminal, else 80 (a pipe, a file, a pager, a CI log) -- not the width
+      of whichever other stream happens to be a terminal."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("width") is None:
+            stream = kwargs.get("file") or (sys.stderr if kwargs.get("stderr") else sys.stdout)
+            kwargs["width"] = output_width(stream)
+        super().__init__(*args, **kwargs)
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         super().print(*(self._masked(o, kwargs) for o in objects), **kwargs)
@@ -83,53 +96,80 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
     out.print("[bold]Flowchart[/bold]")
     for i, step in enumerate(verdict.path, 1):
         cites = refs.cite(step.evidence)
-        _item(out, f"{i}.", Text.from_markup(f"{escape(step.question)} [bold]{escape(step.answer)}[/bold] — "
-                                             f"{escape(step.why)}{cites}"))
+        item(out, f"{i}.", Text.from_markup(f"{escape(step.question)} [bold]{escape(step.answer)}[/bold] — "
+                                            f"{escape(step.why)}{cites}"))
     refs.cite(verdict.evidence)
 
     if verdict.causes:
         out.print("\n[bold]Causes[/bold]")
         for c in verdict.causes:
             detail = f": {escape(c.detail)}" if c.detail else ""
-            _item(out, "•", Text.from_markup(f"[{colour}]{escape(c.id)}[/{colour}] {escape(c.title)}{detail}"
-                                             f"{refs.cite(c.evidence)}"))
+            item(out, "•", Text.from_markup(f"[{colour}]{escape(c.id)}[/{colour}] {escape(c.title)}{detail}"
+                                            f"{refs.cite(c.evidence)}"))
 
     if refs.items:
         out.print("\n[bold]Evidence[/bold]")
         for n, e in enumerate(refs.items, 1):
             when = (iso(e.time) or "").replace("T", " ").rstrip("Z")
-            out.print(f"  [dim][{n}][/dim] [bold]{escape(e.where)}[/bold]  {when}  [{colour}]{e.kind}[/{colour}]")
-            _hang(out, "", Text(_short(e.text), style="dim"), 6)
+            # The citation's parts wrap between each other, never inside a path or a time.
+            flow(out, [Text(e.where, style="bold"), when, Text(e.kind, style=colour)],
+                 first=Text.assemble("  ", (f"[{n}]", "dim"), " "), indent=6)
+            hang(out, Text(_short(e.text), style="dim"), 6)
 
     if verdict.recommendations:
         # A list, not a table: the reason is a sentence, and a four-column table squeezes it
         # into a two-character column on an 80-column terminal (or a pager, or a CI log).
         out.print("\n[bold]Recommended changes[/bold]")
         for r in verdict.recommendations:
-            out.print(Text.assemble("  • ", (r.setting + (" (env)" if r.env else ""), "bold"),
-                                    f": {_v(r.from_value)} → ", (_v(r.to_value), "bold"),
-                                    (f"  [{r.basis.replace('_', ' ')}]", "dim")))
-            _hang(out, "", Text(r.why), 6)
+            tag = " (env)" if r.env else " (by hand)" if getattr(r, "manual", False) else ""
+            flow(out, [Text.assemble((r.setting + tag, "bold"),
+                                     f": {_v(r.from_value)} → ", (_v(r.to_value), "bold")),
+                       Text(f"[{r.basis.replace('_', ' ')}]", style="dim")], first="  • ", indent=6)
+            hang(out, Text(r.why), 6)
     if verdict.command:
         out.print("[bold]New command[/bold]")
-        out.print(Text("  " + verdict.command, style="bold"))
+        command(out, verdict.command, 4, first="  ", style="bold")
+        _launch_notes(out, verdict)
     elif verdict.recommendations:
-        out.print("[dim]No launch command in the evidence: apply the changes above to your own command "
-                  "(attach the 'non-default args' line or the command to get it rewritten).[/dim]")
+        hang(out, Text("No launch command in the evidence: apply the changes above to your own command "
+                       "(attach the 'non-default args' line or the command to get it rewritten).", style="dim"), 0)
     if verdict.runbook and (runbooks_dir() / f"{verdict.runbook}.yaml").exists():
         out.print(f"[bold]Runbook[/bold]  {verdict.runbook}")
     if verdict.attach:
         out.print("\n[bold]To settle it, attach[/bold]")
         for a in verdict.attach:
-            _item(out, "•", Text(a))
+            item(out, "•", Text(a))
     sources = redact_output(evidence.sources)
     notes = [s.time_note for s in sources if s.time_note]
     if notes:
         out.print()
-        _hang(out, "", Text(f"Times: {notes[0]}. Inputs: "
-                            + ", ".join(f"{s.path} ({s.kind}, {s.records})" for s in sources), style="dim"), 0)
+        # An input and its (kind, records) stay on one line.
+        inputs = [f"{s.path} ({s.kind}, {s.records})" for s in sources]
+        flow(out, [Text(f"Times: {notes[0]}. Inputs:", style="dim"),
+                   *(Text(i + ("," if n < len(inputs) else ""), style="dim") for n, i in enumerate(inputs, 1))],
+             indent=0, sep=" ")
     if explain:
         _explain(out, evidence)
+
+
+def _launch_notes(out: Console, verdict) -> None:
+    """Where the command came from, and every argument it could not carry as logged."""
+    from .advice import is_launch_change
+
+    launch = verdict.facts.get("launch") or {}
+    engine = str(verdict.facts.get("engine_name") or verdict.facts.get("engine") or "vllm")
+    changed = any(is_launch_change(r, engine) for r in verdict.recommendations)
+    if launch.get("source"):
+        how = "only the changes above differ" if changed else "unchanged (the changes above are by hand)"
+        hang(out, Text(f"every launch argument of {launch['source']} kept; {how}", style="dim"), 4, first="  ")
+    for flag in launch.get("kept_as_written") or ():
+        hang(out, Text(f"kept as written: {flag} (not in triage's flag table: check it)", style="dim"), 4, first="  ")
+    for d in launch.get("dropped") or ():
+        hang(out, Text(f"dropped: {d.get('arg')}: {d.get('why')}", style="yellow"), 4, first="  ")
+    for need in launch.get("needs") or ():
+        what = "the API key" if need.get("arg") == "api_key" else f"the value of {str(need.get('flag')).lstrip('-')}"
+        hang(out, Text(f"needs: {what} (the log masks it): {need.get('how')} "
+                       "(recovery refuses to relaunch without it)", style="yellow"), 4, first="  ")
 
 
 def render_plan(plan, console: Console | None = None) -> None:
@@ -138,31 +178,169 @@ def render_plan(plan, console: Console | None = None) -> None:
     out.print(Panel(Text.assemble((f" {v.oom_class.value.upper()} ", "bold black on white"),
                                   f"  {v.confidence:.2f}  ", v.summary),
                     title=f"recovery plan: runbook {plan.runbook.id} (dry run: nothing will be changed)"))
-    out.print(Text(plan.runbook.summary.strip(), style="dim"))
+    hang(out, Text(plan.runbook.summary.strip(), style="dim"), 0)
     for note in plan.notes:
-        out.print(Text(f"note: {note}", style="yellow"))
+        hang(out, Text(note, style="yellow"), 6, first=Text("note: ", style="yellow"))
+    for setting, old, new, why in getattr(plan, "manual", ()):
+        hang(out, Text(f"{setting}: {old} -> {new} — a relaunch cannot make this change; do it separately "
+                       f"({why})", style="yellow"), 9, first=Text("by hand: ", style="yellow"))
     for ps in plan.steps:
-        s = ps.step
-        out.print(Text.assemble((f"\n{ps.number}. {s.title}", "bold"),
-                                f"  [{s.action}, timeout {s.timeout_s:.0f} s, on failure: {s.on_failure}]"))
+        out.print()
+        _step_head(out, f"{ps.number}. ", ps.step)
         for line in ps.details:
-            out.print(Text("     " + line))
-        out.print(Text(f"     verified by: {s.verify}", style="dim"))
+            _detail(out, line)
+        _detail(out, f"verified by: {ps.step.verify}", style="dim")
 
 
-def _item(out: Console, mark: str, body: Text) -> None:
+def _step_head(out: Console, number: str, s) -> None:
+    """`N. title  [action, timeout, on failure]`, wrapped under the title."""
+    flow(out, [Text(s.title, style="bold"), f"[{s.action}, timeout {s.timeout_s:.0f} s, on failure: {s.on_failure}]"],
+         first=Text(number, style="bold"), indent=len(number))
+
+
+# A detail line's label, padded to the plan's value column ("new:     ", "runs as: ", "leave:  ").
+_LABEL = re.compile(r"[a-z][a-z ]{0,10}: +")
+_DETAIL_AT = 5          # detail lines start at this column, under the step's title
+_COMMAND_LABELS = ("current:", "new:", "command:", "run:")    # their value is a shell command
+
+
+def _detail(out: Console, line: str, style: str = "") -> None:
+    """A step's detail line at column 5; wrapped lines hang under its value when it starts with a
+    label (`new:     vllm serve ...`), else two columns in."""
+    m = _LABEL.match(line)
+    label = m.group(0) if m and (m.end() <= 9 or line.startswith("verified by: ")) else ""
+    if label.rstrip() in _COMMAND_LABELS:
+        command(out, line[len(label):], _DETAIL_AT + len(label), first=Text(" " * _DETAIL_AT + label, style=style),
+                style=style)
+        return
+    hang(out, Text(line[len(label):], style=style), _DETAIL_AT + (len(label) or 2),
+         first=Text(" " * _DETAIL_AT + label, style=style))
+
+
+# -- layout: every line fits the console, wraps at spaces only, and keeps its hanging indent --------
+#
+# rich's own wrapping (a long `out.print(...)`, a table cell) starts continuation lines at column 0
+# and a squeezed table column cuts paths, node names and numbers into pieces or behind an ellipsis.
+# Everything below lays lines out itself: `flow` packs whole units (a path, a `key value` field, a
+# word) onto lines no wider than the console, breaking only between units; a unit wider than a whole
+# line is broken at its spaces, and only a single word wider than a line is folded (never cut).
+
+def flow(out: Console, units: Iterable[Text | str], *, first: Text | str = "", indent: int = 2,
+         sep: str = "  ") -> None:
+    """`first` then `units`, `sep` apart, wrapped between units; continuation lines start at
+    column `indent`. Each unit is masked whole before it is placed (a line break never splits a
+    secret out of a pattern's sight). No line ends in blanks."""
+    tokens = [(masked_text(Text(u) if isinstance(u, str) else u), sep) for u in units]
+    _place(out, [t for t in tokens if t[0].plain], first, indent)
+
+
+def hang(out: Console, body: Text | str, indent: int, first: Text | str | None = None,
+         tail: Text | str | None = None) -> None:
+    """`body` wrapped at its spaces, the first line after `first` (default: `indent` blanks), every
+    later line indented by `indent`: a hanging indent. `tail` follows the body two spaces on and is
+    kept whole ("×4, until 14:16:00")."""
+    body = masked_text(Text(body) if isinstance(body, str) else body)
+    tokens = _words(body)
+    if tail is not None and str(tail):
+        tail = masked_text(Text(tail) if isinstance(tail, str) else tail)
+        if tokens:
+            tokens[-1] = (tokens[-1][0], "  ")
+        tokens.append((tail, ""))
+    _place(out, tokens, " " * indent if first is None else first, indent)
+
+
+# A shell word: runs of unquoted characters and quoted strings (a quote left open is a character).
+_SHELL_WORD = re.compile(r"""(?:[^\s'"]+|'[^']*'|"(?:[^"\\]|\\.)*"|['"])+""")
+
+
+def command(out: Console, cmd: str, indent: int, first: Text | str = "", style: str = "") -> None:
+    """A shell command wrapped between its words with a hanging indent, an option kept on the same
+    line as its value (`--max-model-len 8192`, never `--max-model-len` / `8192`)."""
+    words = _SHELL_WORD.findall(mask_text(cmd))
+    units: list[str] = []
+    for word in words:
+        if units and units[-1].startswith("-") and " " not in units[-1] and "=" not in units[-1] \
+                and not word.startswith("-"):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    flow(out, [Text(u, style=style) for u in units], first=first, indent=indent, sep=" ")
+
+
+def item(out: Console, mark: str, body: Text | str) -> None:
     """`  mark body`, the body's wrapped lines aligned under its first word."""
     prefix = f"  {mark} "
-    _hang(out, prefix, body, len(prefix))
+    hang(out, body, len(prefix), prefix)
 
 
-def _hang(out: Console, prefix: str, body: Text, indent: int) -> None:
-    """`prefix` then `body` wrapped to the console, every line after the first indented by
-    `indent` (a hanging indent), with no padding at the ends of lines: output piped to a file or
-    pasted into a ticket has no trailing blanks."""
-    for n, line in enumerate(body.wrap(out, max(20, out.width - indent), overflow="fold")):
-        line.rstrip()
-        out.print(Text(prefix.ljust(indent) if n == 0 else " " * indent) + line, soft_wrap=True)
+# A number and the unit after it ("30 s", "79.35 GiB") are one word for wrapping.
+_WORD = re.compile(r"((?:[(\[]?[-+]?\d[\d.,]*\s+(?:ms|s|min|h|[KMGT]i?B|B|%)(?=[\s,;:.)\]]|$)[,;:.)\]]*)|\S+)(\s*)")
+
+
+def _words(text: Text) -> list[tuple[Text, str]]:
+    """(word, the blanks after it) for each run of non-blanks in `text`, styles kept."""
+    return [(text[m.start(1):m.end(1)], m.group(2)) for m in _WORD.finditer(text.plain)]
+
+
+def _place(out: Console, tokens: list[tuple[Text, str]], first: Text | str, indent: int) -> None:
+    width = max(out.width, indent + 20)
+    lines: list[Text] = []
+    line = Text(first) if isinstance(first, str) else first.copy()
+    empty = True                # nothing placed after `first` / the indent yet
+    gap = ""
+
+    def fits(unit: Text) -> bool:
+        return "\n" not in unit.plain and line.cell_len + (0 if empty else len(gap)) + unit.cell_len <= width
+
+    def new_line() -> None:
+        nonlocal line, empty
+        lines.append(line)
+        line, empty = Text(" " * indent), True
+
+    def fold(unit: Text) -> None:
+        nonlocal line
+        while unit.cell_len > width - line.cell_len > 0:
+            room = n = width - line.cell_len
+            while n > 1 and cell_len(unit.plain[:n]) > room:      # wide characters take two columns
+                n -= 1
+            line.append_text(unit[:n])
+            new_line()
+            unit = unit[n:]
+        line.append_text(unit)
+
+    def pack(units: list[tuple[Text, str]]) -> None:
+        nonlocal gap, empty
+        for unit, after in units:
+            if not empty and ("\n" in gap or not fits(unit)):
+                new_line()           # (a line break in the text itself is kept, at the indent)
+            if fits(unit):
+                if not empty:
+                    line.append(gap)
+                line.append_text(unit)
+                empty = False
+            elif len(words := _words(unit)) > 1 or "\n" in unit.plain:
+                pack(words)          # wider than a whole line: break it at its own spaces
+            else:                    # one word wider than a line: fold it, never cut it
+                fold(unit)
+                empty = False
+            gap = "\n" if "\n" in after else " " * len(after)
+
+    pack(tokens)
+    lines.append(line)
+    for text in lines:
+        text.rstrip()
+        out.print(text, soft_wrap=True)
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a space, ending in `…`: an excerpt never ends
+    inside a number, a path or a name (a hard cut only for one word longer than half the limit)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    if cut < limit // 2:
+        cut = limit - 1
+    return text[:cut].rstrip() + "…"
 
 
 def _explain(out: Console, evidence: EvidenceSet) -> None:
@@ -170,11 +348,12 @@ def _explain(out: Console, evidence: EvidenceSet) -> None:
     # wraps mid-number at 80 columns. Fields wrap between "key=value" items.
     out.print("\n[bold]Every record read[/bold]")
     for e in evidence:
-        out.print(Text.assemble("  ", (mask_text(e.where), "bold"), f"  {iso(e.time) or '—'}  ", (e.kind, "cyan")))
+        flow(out, [Text(mask_text(e.where), style="bold"), iso(e.time) or "—", Text(e.kind, style="cyan")],
+             first="  ", indent=6)
         fields = [f"{k}={v}" for k, v in redact_output(dict(e.fields)).items()
                   if k not in ("frames", "args") and v is not None]
         line = mask_text("  ".join(fields))         # masked whole, then cut
-        _hang(out, "", Text(line if len(line) <= 800 else line[:799] + "…", style="dim"), 6)
+        hang(out, Text(shorten(line, 800), style="dim"), 6)
 
 
 class _Refs:
@@ -196,7 +375,7 @@ class _Refs:
 
 
 def _short(text: str, limit: int = 220) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shorten(text, limit)
 
 
 def _v(value) -> str:
@@ -216,7 +395,7 @@ class RecoverConsole:
         self.total = 0
 
     def say(self, line: str) -> None:
-        self.err.print(Text(line))
+        hang(self.err, line, 2, first="")
 
     def header(self, plan) -> None:
         v = plan.verdict
@@ -225,34 +404,33 @@ class RecoverConsole:
                                            f"  {v.confidence:.2f}  ", v.summary),
                              title=f"recovery: runbook {plan.runbook.id} (EXECUTING)"))
         for note in plan.notes:
-            self.say(f"note: {note}")
+            hang(self.err, note, 6, first="note: ")
 
     def step(self, ps) -> None:
-        s = ps.step
-        self.err.print(Text.assemble((f"\n[{ps.number}/{self.total}] {s.title}", "bold"),
-                                     f"  [{s.action}, timeout {s.timeout_s:.0f} s, on failure: {s.on_failure}]"))
+        self.err.print()
+        _step_head(self.err, f"[{ps.number}/{self.total}] ", ps.step)
         for line in ps.details:
-            self.err.print(Text("     " + line, style="dim"))
+            _detail(self.err, line, style="dim")
 
     def result(self, r) -> None:
         style = self._STYLE.get(r.result, "white")
         self.err.print(Text.assemble(("  -> ", ""), (r.result.upper(), f"bold {style}")))
         for line in r.lines:
-            self.err.print(Text("     " + line))
+            _detail(self.err, line)
         if r.by_hand and r.result not in ("ok", "skipped"):
-            self.err.print(Text("     by hand: " + r.by_hand, style="bold"))
+            _detail(self.err, "by hand: " + r.by_hand, style="bold")
 
     def report(self, report) -> None:
         if self.quiet:
             return
         done = ", ".join(f"{s.step_id} {s.result}" for s in report.steps) or "no step run"
         style = "green" if report.ok else "red"
-        self.out.print(Text.assemble(("recovery " + report.result.upper(), f"bold {style}"),
-                                     f"  run {report.run_id}, runbook {report.runbook}: {done}"))
+        hang(self.out, Text.assemble(("recovery " + report.result.upper(), f"bold {style}"),
+                                     f"  run {report.run_id}, runbook {report.runbook}: {done}"), 2, first="")
         serving = any("serves again" in line for s in report.steps for line in s.lines)
         if serving:
-            self.out.print(Text("the server serves: nothing was changed (use --force to run the plan anyway)",
-                                style="dim"))
+            hang(self.out, Text("the server serves: nothing was changed (use --force to run the plan anyway)",
+                                style="dim"), 2, first="")
         elif not report.ok:
-            self.out.print(Text("re-run the same command to resume after the last completed step; "
-                                "`triage audit verify INCIDENT` checks the trail", style="dim"))
+            hang(self.out, Text("re-run the same command to resume after the last completed step; "
+                                "`triage audit verify INCIDENT` checks the trail", style="dim"), 2, first="")

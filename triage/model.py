@@ -55,6 +55,7 @@ class SourceInfo:
     kind: str                        # the parser that read it ("log", "prometheus", "nvidia_smi", ...)
     records: int
     time_note: str | None = None     # e.g. "year 2026 from file mtime; times taken as UTC"
+    error: str | None = None         # why it could not be read (whole or in part); the rest was read
 
 
 @dataclass
@@ -117,6 +118,9 @@ class Recommendation:
     why: str
     basis: str = "incident"          # "incident" (own numbers) | "rule_of_thumb" | "knowledge_base"
     env: bool = False                # an environment variable, not a flag
+    # A step for a person, not a launch change: an engine upgrade, a restart schedule, freeing the
+    # GPU of another process, another GPU or checkpoint. No relaunch makes it (kept out of the diff).
+    manual: bool = False
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, TextIO
@@ -40,6 +41,48 @@ def echo_json(document: Any, **dumps: Any) -> None:
 
     # allow_nan=False: `Infinity` / `NaN` are not JSON; readers drop such numbers before they get here
     click.echo(json.dumps(mask(document), allow_nan=False, **dumps))
+
+
+# -- width of human output ----------------------------------------------------------------------
+#
+# One rule for every human output (the rich console of console.py and the plain lines of `note`,
+# `audit verify` and `runbooks`):
+#   1. COLUMNS, when it is set to a positive number, always wins (a terminal, a pipe or a file);
+#   2. else the terminal's width, when the stream written to is a terminal;
+#   3. else DEFAULT_WIDTH (80): a pipe, a file, a pager or a CI log.
+# rich alone would take the width of whichever of stdin / stdout / stderr is a terminal, so
+# `triage timeline X > file` run in a 200-column terminal wrote 200-column lines into the file; 80
+# reads whole in a ticket, an email, a pager and a narrow terminal alike.
+DEFAULT_WIDTH = 80
+
+
+def output_width(stream: TextIO | None = None) -> int:
+    """The width human output written to `stream` (default stdout) is laid out to (rule above)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = sys.stdout if stream is None else stream
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns or DEFAULT_WIDTH
+    except (AttributeError, ValueError, OSError):
+        pass
+    return DEFAULT_WIDTH
+
+
+def wrap_plain(text: str, *, indent: int = 4, width: int | None = None, err: bool = False) -> str:
+    """`text` wrapped to the output width for a plain-text line (no rich): lines after the first
+    indented by `indent` (a hanging indent); breaks only at spaces, never inside a hyphenated word
+    such as a node name (`gpu-node-07`); a word wider than the line is folded, never cut short."""
+    import re
+    import textwrap
+
+    width = width or output_width(sys.stderr if err else sys.stdout)
+    glue = "\ue000"           # `label: 12` stays on one line (a private-use character stands in for the space)
+    text = re.sub(r"(?<=:) (?=\d)", glue, text.replace(glue, " "))
+    lines = textwrap.wrap(text, width=max(width, indent + 20), subsequent_indent=" " * indent,
+                          break_on_hyphens=False, break_long_words=True)
+    return "\n".join(lines).replace(glue, " ") or text.replace(glue, " ")
 
 
 class MaskedStream(io.TextIOBase):
@@ -109,4 +152,4 @@ def masked_streams() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
-__all__ = ["MaskedStream", "echo", "echo_json", "mask", "masked_streams"]
+__all__ = ["DEFAULT_WIDTH", "MaskedStream", "echo", "echo_json", "mask", "masked_streams", "output_width", "wrap_plain"]

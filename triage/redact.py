@@ -85,8 +85,9 @@ _AUTH_HEADER = re.compile(
     r"(?:(bearer|basic|token|digest)[ \t]+)?([^\s\"',;]+)"
 )
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(bearer)[ \t]+([A-Za-z0-9._~+/=\-]{8,})")
-# scheme://user:PASSWORD@host
-_URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([^\s/]+)@")
+# scheme://user:PASSWORD@host. The password may hold "/" and "+" (an AWS secret key written raw
+# into s3://KEY:SECRET@bucket); it stops at ":" so that a run of "x://a:" pieces is scanned once.
+_URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([^\s@:]+)@")
 # The name and separator of `KEY=value`, `key: value`, `"key": "value"`, `--api-key=value`; the
 # value is read by _VALUE only after a secret name (see _mask_pairs).
 _PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<q>[\"']?)"

@@ -43,7 +43,7 @@ def to_json(verdict: Verdict) -> dict[str, Any]:
         "facts": _clean(verdict.facts),
         "recommendations": [
             {"setting": r.setting, "from": _clean(r.from_value), "to": _clean(r.to_value), "why": r.why,
-             "basis": r.basis, **({"env": True} if r.env else {})}
+             "basis": r.basis, **({"env": True} if r.env else {}), **({"manual": True} if r.manual else {})}
             for r in verdict.recommendations],
         "command": verdict.command,
         "runbook": verdict.runbook,

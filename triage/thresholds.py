@@ -73,6 +73,18 @@ TABLE: dict[str, Threshold] = {
                                       "holds the GPU, the utilisation target itself is too high", "rule design"),
     "util_no_headroom": Threshold(0.95, "gpu_memory_utilization", "a target this high leaves under 5% for the CUDA "
                                   "context, NCCL, sidecars and activation spikes", _FLOWCHART + " (never 1.0)"),
+    # --- advice ---------------------------------------------------------------------------------
+    "free_margin": Threshold(0.02, "share of the card", "kept below the free share when a utilisation target is "
+                             "sized to what is free: the relaunch's own CUDA context and allocator rounding",
+                             "rule design"),
+    "default_util": Threshold(0.90, "gpu_memory_utilization", "kept or suggested when the GPU is (made) free",
+                              "vLLM's default; " + _FLOWCHART + " (dedicated GPU 0.90-0.92)"),
+    "min_as_is_util": Threshold(0.25, "share of the card", "a quantised checkpoint or more GPUs count as fitting "
+                                "\"this GPU as it is\" only where this share is free: below it the KV cache left "
+                                "beside the weights is too small to serve from", "rule design"),
+    "warmup_margin": Threshold(0.20, "share of the free memory", "a sampler warm-up sized from its own failed "
+                               "allocation keeps this margin: it allocates several tensors per sequence and the "
+                               "failed one is only the largest", "rule design"),
     # --- verdict --------------------------------------------------------------------------------
     "min_confidence": Threshold(0.40, "confidence", "below this a runtime class is not named (unknown)", "rule design"),
     "specific_wins": Threshold(0.60, "confidence", "a prefix-cache or chronic finding this strong explains the "
@@ -107,6 +119,10 @@ DISCREPANCY = value("discrepancy")
 OTHER_PROCESS_SHARE = value("other_process_share")
 OVERSHOOT_FREE_SHARE = value("overshoot_free_share")
 UTIL_NO_HEADROOM = value("util_no_headroom")
+FREE_MARGIN = value("free_margin")
+DEFAULT_UTIL = value("default_util")
+MIN_AS_IS_UTIL = value("min_as_is_util")
+WARMUP_MARGIN = value("warmup_margin")
 MIN_CONFIDENCE = value("min_confidence")
 SPECIFIC_WINS = value("specific_wins")
 CONFIDENT = value("confident")

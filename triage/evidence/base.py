@@ -5,11 +5,9 @@ A parser module exposes `NAME`, `sniff(head, name) -> int` (0 = not mine; higher
 """
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import os
-import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -20,24 +18,16 @@ from .. import safejson
 from ..errors import BadInput
 from ..model import Evidence
 from ..timeref import MAX_YEAR, MIN_YEAR, TimeReference
-from ..units import format_bytes, parse_size
+from ..units import parse_size
+from .compressed import MAGIC_BYTES, MAX_INPUT_ENV, MAX_RATIO, RATIO_AFTER, Inflated, codec_of  # noqa: F401
 
 HEAD_BYTES = 64 * 1024
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 MAX_LINE_BYTES = 16 * 1024 * 1024       # a longer "line" is not a log line
 MAX_JSON_BYTES = 256 * 1024 * 1024      # structured inputs are read whole; cap them
-GZIP_MAGIC = b"\x1f\x8b"
 # What a compressed input may expand to. A server log compresses 10-20x, so 4 GiB is a log of
 # 200-400 MiB on disk, a month of a busy server.
 DEFAULT_MAX_INPUT_BYTES = 4 << 30
-MAX_INPUT_ENV = "TRIAGE_MAX_INPUT_BYTES"
-# A "gzip bomb" (31 MB of repeated lines that expand to 10 GiB, 330-fold) is refused as soon as
-# it shows that ratio, not after reading up to the cap (which, for lines the parser must look at,
-# would take many minutes). Real logs compress 5-17x (the bundled samples, uvicorn health checks);
-# past 100x after the first 16 MiB is repetition no server writes. A limit given explicitly
-# (--max-input-bytes, $TRIAGE_MAX_INPUT_BYTES) turns this check off: the user vouches for the file.
-MAX_RATIO = 100
-RATIO_AFTER = 16 << 20
 
 
 def input_limit(given: int | None = None) -> tuple[int, bool]:
@@ -57,7 +47,8 @@ def input_limit(given: int | None = None) -> tuple[int, bool]:
 
 @dataclass
 class InputFile:
-    """One input: a path on disk, or stdin spooled to a temporary file."""
+    """One input: a path on disk, stdin spooled to a temporary file, a member of an archive, or
+    one that could not be had at all (`error`: a refused scrape, a path that is not there)."""
 
     display: str                       # what evidence cites (relative path or "-")
     path: str | None                   # real path (None only for in-memory tests)
@@ -65,9 +56,13 @@ class InputFile:
     explicit: bool = True              # named by the user (errors are fatal) vs found in a dir
     taken_at: datetime | None = None   # when a live reading was taken (a /metrics scrape)
     max_bytes: int | None = None       # cap on the decompressed size (None: input_limit())
+    error: str | None = None           # why this input could not be read at all (nothing to open)
+    member: Any = None                 # an archive member (evidence.archive.Member) instead of a path
+    notes: list[str] = field(default_factory=list)   # what reading it left out (a line over the limit)
     _head: bytes | None = field(default=None, repr=False)
     _small: bytes | None = field(default=None, repr=False)   # a small file's whole raw content
     _size: int | None = field(default=None, repr=False)
+    _magic: bytes | None = field(default=None, repr=False)   # the first raw bytes (which codec)
 
     @property
     def _content(self) -> bytes | None:
@@ -75,31 +70,50 @@ class InputFile:
 
     @property
     def compressed(self) -> bool:
-        return self.raw_head(2) == GZIP_MAGIC
+        return codec_of(self.raw_head(MAGIC_BYTES)) is not None
+
+    def _open_raw(self) -> IO[bytes]:
+        if self.member is not None:
+            return self.member.open()
+        return open(self.path, "rb")  # type: ignore[arg-type]
 
     def raw_head(self, n: int) -> bytes:
         content = self._content
         if content is not None:
             return content[:n]
-        with open(self.path, "rb") as fh:  # type: ignore[arg-type]
-            return fh.read(n)
+        if n <= MAGIC_BYTES and self._magic is not None:
+            return self._magic[:n]
+        with self._open_raw() as fh:
+            data = fh.read(max(n, MAGIC_BYTES))
+        if n <= MAGIC_BYTES:     # asked again by every reader: an archive member costs a pass to reach
+            self._magic = data
+        return data[:n]
 
     def open(self) -> IO[bytes]:
         """Decompressed binary stream, UTF-8 (UTF-16 text, e.g. from PowerShell, is transcoded).
 
-        A compressed input reads through `_Inflated`: a damaged stream or one that expands past
-        the cap raises BadInput naming the file, from whichever read meets the problem."""
+        A compressed input (gzip, bzip2, xz, zstd: told by its first bytes, whatever its name)
+        reads through `compressed.Inflated`: a damaged stream or one that expands past the cap
+        raises BadInput naming the file, from whichever read meets the problem."""
         content = self._content
         raw: IO[bytes]
         if content is not None:
-            raw, magic = io.BytesIO(content), content[:2]
+            raw, magic = io.BytesIO(content), content[:MAGIC_BYTES]
         else:
-            raw = open(self.path, "rb")  # type: ignore[arg-type]
-            magic = raw.peek(2)[:2]  # type: ignore[attr-defined]
-        if magic == GZIP_MAGIC:
+            raw = self._open_raw()
+            if not isinstance(raw, io.BufferedReader):
+                raw = io.BufferedReader(raw, 1 << 16)  # type: ignore[arg-type]
+            magic = raw.peek(MAGIC_BYTES)[:MAGIC_BYTES]  # type: ignore[attr-defined]
+        codec = codec_of(magic)
+        if codec is not None:
             cap, explicit = input_limit(self.max_bytes)
-            raw = io.BufferedReader(_Inflated(raw, self.display, cap, check_ratio=not explicit), 1 << 16)
-        first = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else magic
+            try:
+                inflated = Inflated(raw, self.display, cap, codec=codec, check_ratio=not explicit)
+            except BaseException:
+                raw.close()
+                raise
+            raw = io.BufferedReader(inflated, 1 << 16)
+        first = raw.peek(2)[:2] if isinstance(raw, io.BufferedReader) else magic[:2]
         if first in UTF16_BOMS:
             return _Utf16Reader(raw)  # type: ignore[return-value]
         return raw
@@ -117,8 +131,8 @@ class InputFile:
     def _keep_if_small(self) -> None:
         """Read a file that fits in the head once, whole: a directory of many small files then
         costs one open per file instead of four (sniff, gzip check, parse, re-check)."""
-        if self._content is None and self.path is not None and self.size() <= HEAD_BYTES:
-            with open(self.path, "rb") as fh:
+        if self._content is None and (self.path is not None or self.member is not None) and self.size() <= HEAD_BYTES:
+            with self._open_raw() as fh:
                 data = fh.read(HEAD_BYTES + 1)
             if len(data) <= HEAD_BYTES:     # not grown meanwhile (a log still being written)
                 self._small = data
@@ -128,11 +142,13 @@ class InputFile:
         if content is not None:
             return len(content)
         if self._size is None:
-            self._size = os.path.getsize(self.path)  # type: ignore[arg-type]
+            self._size = self.member.size if self.member is not None else os.path.getsize(self.path)  # type: ignore[arg-type]
         return self._size
 
     def mtime(self) -> datetime | None:
         """The file's modification time; None when it has none a date can hold (`touch -d @1e15`)."""
+        if self.member is not None:
+            return self.member.mtime
         if self.path is None:
             return None
         try:
@@ -143,6 +159,8 @@ class InputFile:
 
     @cached_property
     def name(self) -> str:
+        if self.member is not None:
+            return os.path.basename(self.member.name)     # `x.tgz!INC/logs/vllm.log` is named vllm.log
         return os.path.basename(self.display)
 
     def key_lines(self, key: bytes, count: int) -> list[int | None]:
@@ -174,52 +192,6 @@ class InputFile:
             raise BadInput(self.display, f"{what} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
         except ValueError as exc:     # safejson.TooDeep / HugeNumber
             raise BadInput(self.display, f"unusable JSON: {exc}") from None
-
-
-class _Inflated(io.RawIOBase):
-    """A gzip stream that stops at a cap and names its file when it is damaged.
-
-    GzipFile raises zlib.error, EOFError or BadGzipFile from any read, mid-parse; each parser
-    would have to catch all three. Here they become one BadInput ("corrupt gzip data ..."), and
-    so does expanding past `cap` bytes or (with `check_ratio`) more than MAX_RATIO-fold, with
-    the way to raise the limit."""
-
-    def __init__(self, raw: IO[bytes], display: str, cap: int, *, check_ratio: bool = True):
-        self._raw = raw
-        self._gz = gzip.GzipFile(fileobj=raw)
-        self._display = display
-        self._cap = cap
-        self._check_ratio = check_ratio
-        self._total = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf) -> int:  # type: ignore[override]
-        try:
-            n = self._gz.readinto(buf)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BadInput(self._display, f"cannot read: corrupt gzip data ({exc.__class__.__name__}: {exc})") from None
-        self._total += n
-        if self._total > self._cap:
-            raise BadInput(self._display, f"decompresses to more than {format_bytes(self._cap)}, the limit on a "
-                                          f"compressed input (a gzip bomb?); to read it, raise the limit with "
-                                          f"--max-input-bytes or {MAX_INPUT_ENV} (e.g. 16GiB)")
-        if self._check_ratio and self._total > RATIO_AFTER:
-            packed = max(1, self._raw.tell())       # compressed bytes read so far (and a little read-ahead)
-            if self._total > MAX_RATIO * packed:
-                raise BadInput(self._display, f"expands more than {MAX_RATIO}-fold ({format_bytes(self._total)} from "
-                                              f"{format_bytes(packed)} so far), which no server log does (a gzip "
-                                              f"bomb?); to read it anyway, give a limit with --max-input-bytes or "
-                                              f"{MAX_INPUT_ENV} (e.g. 16GiB)")
-        return n
-
-    def close(self) -> None:
-        try:
-            self._gz.close()
-            self._raw.close()        # GzipFile leaves a file object it was given open
-        finally:
-            super().close()
 
 
 class _Utf16Reader(io.RawIOBase):

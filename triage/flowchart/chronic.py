@@ -30,9 +30,8 @@ RUNTIME_RANK = 1
 def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
     alloc = allocator.reading(oom) if oom is not None and oom.kind == Kind.TORCH_OOM.value else None
     if alloc is not None and alloc.fragmented:
-        ratio = alloc.ratio
         return Cause("allocator_fragmentation", "Allocator fragmentation: " + alloc.describe(), (oom,),
-                     f"fragmentation = reserved-but-unallocated / reserved = {ratio:.0%}" if ratio else "")
+                     _why_fragmented(alloc))
     for rec in ctx.ev.of(Kind.MEMORY_STATS):
         f = rec.fields
         reserved = f.get("reserved_bytes") or 0
@@ -43,9 +42,35 @@ def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
             return Cause("allocator_fragmentation",
                          f"Allocator fragmentation: {format_bytes(inactive)} of {format_bytes(reserved)} reserved is "
                          "inactive split blocks", (rec,),
-                         f"fragmentation = inactive_split_bytes / reserved_bytes = {inactive / reserved:.0%}"
-                         + (f"; {f.get('num_alloc_retries')} cudaMalloc retries" if f.get("num_alloc_retries") else ""))
+                         f"measure: inactive_split / reserved (memory_stats) = {inactive / reserved:.0%}, "
+                         f"{FRAG_SHARE:.0%} or more counts: cached blocks split by earlier allocations, free "
+                         "in part but unusable for a request larger than the pieces"
+                         + (f"; {f.get('num_alloc_retries')} cudaMalloc retries (the allocator emptied its cache "
+                            "and tried again)" if f.get("num_alloc_retries") else ""))
     return None
+
+
+def _why_fragmented(alloc: allocator.AllocatorReading) -> str:
+    """Why the reserved-but-unallocated amount counts as fragmentation, with the measure named:
+    its share of the reserved pool can be small (13% of a full 80 GiB card is still 10 GiB) and
+    alone would read as no fragmentation at all; what decides is the amount against the failed
+    request and the card."""
+    parts = []
+    if alloc.tried:
+        times = alloc.unallocated / alloc.tried
+        parts.append(f"{times:.0f}x the failed request" if times >= 10 else f"{times:.1f}x the failed request")
+    if alloc.capacity:
+        parts.append(f"{alloc.unallocated / alloc.capacity:.0%} of the {format_bytes(alloc.capacity)} card")
+    out = (" and ".join(parts) + ": free" if parts else "free") + (
+        ", yet the request did not fit, so it was split into smaller pieces (this amount against the "
+        "request is the measure that decides)")
+    if alloc.ratio is not None:
+        reserved = alloc.unallocated + (alloc.allocated or 0)
+        out += (f"; as reserved-but-unallocated / reserved it is {alloc.ratio:.0%} of the "
+                f"{format_bytes(reserved)} reserved")
+        if alloc.ratio < 0.25:
+            out += ", small only because the reserved pool is large"
+    return out
 
 
 def engine_leak_check(ctx: Context) -> Cause | None:

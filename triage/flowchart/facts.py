@@ -51,5 +51,6 @@ def collect_facts(ctx: Context) -> dict[str, Any]:
         facts["last_stats"] = {k: last[k] for k in ("running", "waiting", "kv_usage", "prefix_hit_rate", "preemptions")
                                if last.get(k) is not None}
     facts["inputs"] = [{"source": s.path, "parser": s.kind, "records": s.records,
-                        **({"time_note": s.time_note} if s.time_note else {})} for s in ctx.ev.sources]
+                        **({"time_note": s.time_note} if s.time_note else {}),
+                        **({"error": s.error} if s.error else {})} for s in ctx.ev.sources]
     return facts

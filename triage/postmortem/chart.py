@@ -9,12 +9,25 @@ Series come from the Evidence records the parsers already produced:
               fullest GPU of a node at each reading; `torch_oom` messages as crosses
               (capacity - free) / capacity at the moment of the failure
   KV cache    vLLM stats lines (`kv_usage`) and /metrics scrapes (`kv_cache_usage`)
+
+What the drawing promises a reader (the legend under the plot says it too):
+- a line joins only readings at a series' usual interval: a gap longer than GAP_FACTOR times the
+  median interval is left blank, and a reading with no neighbour (or a series of one or two
+  readings: no interval to judge by) is a dot;
+- every reading is on the axis: GPU memory gets a zoomed scale (90-100% under vLLM, where the
+  story is), and readings under RELEASED % of the card (memory released: a crash, a restart)
+  are drawn on a 0% line below an axis break instead of being left off the scale;
+- labels have a white box behind them sized from the text (no `paint-order` halo, which
+  renderers other than browsers paint over the text), so the chart reads in cairosvg, rsvg,
+  Inkscape as in a browser;
+- dotted verticals are the key moments, named at the top and listed with their times below.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
+from statistics import median_low
 from typing import Iterable, Sequence
 
 from ..evidence.kinds import Kind
@@ -23,6 +36,10 @@ from ..model import Evidence, EvidenceSet
 WIDTH = 820
 LEFT, RIGHT, TOP, PLOT_H = 56, 20, 44, 250
 MAX_POINTS = 240                      # per series: enough for the shape, small enough to diff
+GAP_FACTOR = 3                        # a gap over this many usual intervals breaks a series' line
+RELEASED = 5.0                        # GPU memory under this % of the card: released (crash, restart)
+STRIP = 24                            # px under the axis break where released readings sit
+NOTE_ROW = 16                         # px per line of the legend's notes
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 
@@ -66,6 +83,7 @@ class Chart:
     markers: list[Marker]
     svg: str | None                   # None when there is nothing to draw
     note: str                         # what the chart shows, or why there is none
+    legend: str = ""                  # how to read it (moments, gaps, axis break): for the caption
 
 
 def node_of(rec: Evidence) -> str | None:
@@ -75,7 +93,10 @@ def node_of(rec: Evidence) -> str | None:
     return timeline_node(rec)
 
 
-def collect_series(evidence: EvidenceSet) -> list[Series]:
+def collect_series(evidence: EvidenceSet, released: bool = False) -> list[Series]:
+    """`released`: keep GPU-memory readings of 0 bytes used (memory released by a crash or a
+    restart). The chart draws them; the early-signal checks leave them out (a reload after a
+    restart is not a trend)."""
     gpu: dict[str, dict[datetime, Point]] = {}
     kv: dict[str, list[Point]] = {}
     nodes: dict[str, str | None] = {}
@@ -84,7 +105,8 @@ def collect_series(evidence: EvidenceSet) -> list[Series]:
         if rec.time is None:
             continue
         f = rec.fields
-        if rec.kind == Kind.GPU_MEMORY and f.get("used_bytes") and f.get("total_bytes"):
+        used = f.get("used_bytes")
+        if rec.kind == Kind.GPU_MEMORY and f.get("total_bytes") and (used or (released and used == 0)):
             label = f"GPU memory{_on(rec)} ({'DCGM' if f.get('source') == 'dcgm' else 'nvidia-smi'})"
             at = rec.time.replace(microsecond=0)     # one reading of a node's GPUs = one instant
             value = 100.0 * f["used_bytes"] / f["total_bytes"]
@@ -118,7 +140,7 @@ def _on(rec: Evidence) -> str:
 def build_chart(evidence: EvidenceSet, markers: Sequence[Marker] = (), title: str = "",
                 budget: float | None = None) -> Chart:
     """`budget`: the engine's gpu_memory_utilization, drawn as a line on the GPU-memory panel."""
-    series = [s for s in collect_series(evidence) if s.points]
+    series = [s for s in collect_series(evidence, released=True) if s.points]
     if not series:
         return Chart([], list(markers), None,
                      "no GPU memory or KV-cache readings in the evidence (attach nvidia-smi readings, "
@@ -130,7 +152,21 @@ def build_chart(evidence: EvidenceSet, markers: Sequence[Marker] = (), title: st
     panels = _panels(series, budget)
     svg = _svg(panels, list(markers), start, end, title)
     what = " and ".join(p.title.split(" (")[0] for p in panels)
-    return Chart(series, list(markers), svg, f"{what}, {_hm(start)} to {_hm(end)} UTC")
+    return Chart(series, list(markers), svg, f"{what}, {_hm(start)} to {_hm(end)} UTC", _caption(panels, markers))
+
+
+def _caption(panels: list[_Panel], markers: Sequence[Marker]) -> str:
+    """How to read the chart, for the text under it (the SVG's own legend says the same)."""
+    out = []
+    if markers:
+        names = ", ".join(dict.fromkeys(m.label for m in markers))
+        out.append(f"Dotted vertical lines mark the key moments ({names}).")
+    out.append(f"Gaps in the readings are left blank: a line joins only readings at the series' usual "
+               f"interval (a gap of more than {GAP_FACTOR}x that interval breaks it), and a lone reading is a dot.")
+    if any(p.released for p in panels):
+        out.append(f"GPU memory released to under {RELEASED:g}% of the card (a crash, a restart) is drawn on "
+                   "the 0% line below the axis break.")
+    return " ".join(out)
 
 
 @dataclass
@@ -140,21 +176,43 @@ class _Panel:
     low: float
     high: float = 100.0
     lines: list[tuple[float, str]] = field(default_factory=list)   # horizontal reference lines
+    released: bool = False                    # readings below `low`: drawn on a 0% line under an axis break
 
 
 def _panels(series: list[Series], budget: float | None) -> list[_Panel]:
-    """GPU memory on its own scale (it lives at 90-100% under vLLM, where the story is), KV 0-100%."""
+    """GPU memory on its own scale (it lives at 90-100% under vLLM, where the story is), KV 0-100%.
+    GPU-memory readings under RELEASED % (memory released) do not pull the scale down to 0: they
+    go on a 0% line below an axis break, so the zoom survives and the release still shows."""
     indexed = list(enumerate(series))
     gpu = [(i, s) for i, s in indexed if s.kind in ("gpu_memory", "oom")]
     kv = [(i, s) for i, s in indexed if s.kind == "kv_cache"]
     out = []
     if gpu:
-        lows = [p.value for _, s in gpu for p in s.points] + ([100 * budget] if budget else [])
+        values = [p.value for _, s in gpu for p in s.points]
+        lows = ([v for v in values if v >= RELEASED] or values) + ([100 * budget] if budget else [])
         low = max(0.0, min(90.0, 10 * ((min(lows) - 2) // 10)))
         lines = [(100 * budget, f"engine budget {100 * budget:g}%")] if budget else []
-        out.append(_Panel("GPU memory used (% of the card)", gpu, low, lines=lines))
+        out.append(_Panel("GPU memory used (% of the card)", gpu, low, lines=lines,
+                          released=any(v < low for v in values)))
     if kv:
         out.append(_Panel("KV-cache usage (% of the engine's KV cache)", kv, 0.0))
+    return out
+
+
+def segments(points: list[Point]) -> list[list[Point]]:
+    """A series cut where its readings stop: a gap over GAP_FACTOR times the median interval starts
+    a new piece. One or two readings give no interval to judge by: each is a piece of its own."""
+    if len(points) < 3:
+        return [[p] for p in points]
+    gaps = [(b.time - a.time).total_seconds() for a, b in zip(points, points[1:])]
+    positive = [g for g in gaps if g > 0]
+    usual = median_low(positive) if positive else 0.0
+    out = [[points[0]]]
+    for p, g in zip(points[1:], gaps):
+        if usual and g > GAP_FACTOR * usual:
+            out.append([p])
+        else:
+            out[-1].append(p)
     return out
 
 
@@ -165,8 +223,10 @@ def _svg(panels: list[_Panel], markers: list[Marker], start: datetime, end: date
     plot_w = WIDTH - LEFT - RIGHT
     panel_h, gap = (PLOT_H if len(panels) == 1 else 150), 40
     axis_y = TOP + len(panels) * panel_h + (len(panels) - 1) * gap
-    n_series = sum(len(p.series) for p in panels)
-    height = axis_y + 54 + 18 * ((n_series + 1) // 2)
+    legend = [entry for p in panels for entry in p.series]
+    notes = _notes(panels, markers, start, end, plot_w - 24)
+    notes_y = axis_y + 54 + 18 * ((len(legend) + 1) // 2)
+    height = notes_y + NOTE_ROW * sum(len(lines) for _, lines in notes) - 4
 
     def x(t: datetime) -> float:
         return LEFT + plot_w * (t - start).total_seconds() / span
@@ -176,7 +236,6 @@ def _svg(panels: list[_Panel], markers: list[Marker], start: datetime, end: date
            f"<title>{escape(title or 'GPU memory and KV-cache usage')}</title>",
            f'<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>',
            f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>']
-    legend: list[tuple[int, Series]] = []
     for n, panel in enumerate(panels):
         top = TOP + n * (panel_h + gap)
         grid, lines = _panel(panel, top, panel_h, x, plot_w)
@@ -186,60 +245,166 @@ def _svg(panels: list[_Panel], markers: list[Marker], start: datetime, end: date
                        'stroke="#000"/>')
             out.append(f'<text x="{x(t):.1f}" y="{top + panel_h + 16}" text-anchor="middle">'
                        f'{_tick_label(t, start, end)}</text>')
+        rows: list[list[tuple[float, float]]] = [[] for _ in range(5)]
         for i, m in enumerate(markers):                 # impact start, detected, mitigated, resolved
             mx = x(m.time)
-            out.append(f'<line x1="{mx:.1f}" y1="{top}" x2="{mx:.1f}" y2="{top + panel_h}" stroke="#777" '
-                       'stroke-dasharray="2,3"/>')
-            if n == 0:                                 # one row per marker; right-aligned near the right edge
+            out.append(_moment_line(mx, top, top + panel_h))
+            if n == 0:                                 # the top row free of other labels; right-aligned near the right edge
                 right = mx > LEFT + 0.7 * plot_w
-                anchor = ' text-anchor="end"' if right else ""
-                out.append(f'<text x="{mx - 3 if right else mx + 3:.1f}" y="{top + 10 + 11 * (i % 5)}" fill="#444" '
-                           f'stroke="#fff" stroke-width="3" paint-order="stroke"{anchor}>{escape(m.label)}</text>')
+                w = _text_width(m.label) + 4
+                box = (mx - 1 - w, mx - 1) if right else (mx + 1, mx + 1 + w)
+                row = next((r for r, taken in enumerate(rows) if all(box[1] + 8 < a or box[0] > b + 8 for a, b in taken)),
+                           i % len(rows))
+                rows[row].append(box)
+                out += _label(mx - 3 if right else mx + 3, top + 11 + 13 * row, m.label, right, "#444")
         out += lines                                   # the data above the marker labels
-        legend += panel.series
     out.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{axis_y + 32}" text-anchor="middle">time (UTC)</text>')
     for k, (i, s) in enumerate(legend):
         colour = PALETTE[i % len(PALETTE)]
         lx, ly = LEFT + (k % 2) * (plot_w / 2), axis_y + 54 + 18 * (k // 2)
         if s.kind == "oom":
             out.append(_cross(lx + 9, ly - 4, colour))
+        elif all(len(piece) == 1 for piece in segments(s.points)):
+            out.append(f'<circle cx="{lx + 9:.1f}" cy="{ly - 4}" r="3" fill="{colour}"/>')
         else:
             out.append(f'<line x1="{lx:.1f}" y1="{ly - 4}" x2="{lx + 18:.1f}" y2="{ly - 4}" stroke="{colour}" '
                        f'stroke-width="2"{_dash(s)}/>')
         out.append(f'<text x="{lx + 24:.1f}" y="{ly}">{escape(s.label)}</text>')
+    ny = notes_y
+    for sample, lines in notes:                        # how to read it: moments, gaps, the axis break
+        out.append(_sample(sample, LEFT, ny))
+        for line in lines:
+            out.append(f'<text x="{LEFT + 24}" y="{ny}" fill="#444">{escape(line)}</text>')
+            ny += NOTE_ROW
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
+def _notes(panels: list[_Panel], markers: list[Marker], start: datetime, end: datetime,
+           width: float) -> list[tuple[str, list[str]]]:
+    """The legend's notes, each (sample to draw, its text wrapped to `width` px)."""
+    out = []
+    if markers:
+        fmt = "%m-%d %H:%M:%S" if start.date() != end.date() else "%H:%M:%S"
+        listed = ", ".join(f"{m.label} {m.time.strftime(fmt)}" for m in markers)
+        out.append(("moment", f"dotted vertical line: a key moment, named at its top: {listed}"))
+    out.append(("gap", f"a gap in a series' readings (over {GAP_FACTOR}x its usual interval) is left blank, "
+                       "not bridged by a line; a lone reading is a dot"))
+    if any(p.released for p in panels):
+        out.append(("break", f"axis break: GPU memory under {RELEASED:g}% of the card (released: a crash, a "
+                             "restart) is drawn on the 0% line below it"))
+    return [(sample, _wrap(text, width)) for sample, text in out]
+
+
+def _sample(kind: str, lx: float, ly: float) -> str:
+    if kind == "moment":
+        return _moment_line(lx + 9, ly - 11, ly + 2)
+    if kind == "gap":
+        return (f'<path d="M{lx},{ly - 4}H{lx + 6}M{lx + 13},{ly - 4}H{lx + 18}" stroke="#444" '
+                'stroke-width="1.5" fill="none"/>')
+    return _axis_break(lx + 9, ly - 4)
+
+
+def _moment_line(mx: float, y1: float, y2: float) -> str:
+    return f'<line x1="{mx:.1f}" y1="{y1}" x2="{mx:.1f}" y2="{y2}" stroke="#777" stroke-dasharray="2,3"/>'
+
+
+def _axis_break(bx: float, by: float) -> str:
+    """Two slanted strokes across a vertical axis, the gap between them blanked."""
+    return (f'<rect x="{bx - 6:.1f}" y="{by - 3:.1f}" width="12" height="6" fill="#ffffff"/>'
+            f'<path d="M{bx - 6:.1f},{by - 1:.1f}L{bx + 6:.1f},{by - 5:.1f}M{bx - 6:.1f},{by + 5:.1f}'
+            f'L{bx + 6:.1f},{by + 1:.1f}" stroke="#000" fill="none"/>')
+
+
+def _label(tx: float, ty: float, text: str, end: bool, fill: str) -> list[str]:
+    """Text on a white box sized from an estimate of its width: legible in every SVG renderer
+    (a stroke halo with `paint-order` is painted over the text outside browsers)."""
+    w = _text_width(text) + 4
+    bx = tx - w + 2 if end else tx - 2
+    anchor = ' text-anchor="end"' if end else ""
+    return [f'<rect x="{bx:.1f}" y="{ty - 10:.1f}" width="{w:.1f}" height="13" fill="#ffffff"/>',
+            f'<text x="{tx:.1f}" y="{ty:.1f}" fill="{fill}"{anchor}>{escape(text)}</text>']
+
+
+def _text_width(text: str, size: float = 11.0) -> float:
+    """Rough advance width in px, per character class of a wide sans-serif (DejaVu Sans): on the
+    safe side for Helvetica and Arial, so a box sized from it holds the text."""
+    em = 0.0
+    for c in text:
+        if c in "il.,:;|!'":
+            em += 0.3
+        elif c in " ftjr()[]{}/-":
+            em += 0.4
+        elif c in "mwMW%":
+            em += 0.95
+        elif c.isupper() or c.isdigit():
+            em += 0.72
+        else:
+            em += 0.62
+    return em * size
+
+
+def _wrap(text: str, width: float) -> list[str]:
+    lines = [""]
+    for word in text.split():
+        joined = f"{lines[-1]} {word}" if lines[-1] else word
+        if lines[-1] and _text_width(joined) > width:
+            lines.append(word)
+        else:
+            lines[-1] = joined
+    return lines
+
+
 def _panel(panel: _Panel, top: float, height: float, x, plot_w: float) -> tuple[list[str], list[str]]:
     """(grid, axes and reference lines; the series), drawn apart so marker labels sit between."""
+    scale_h = height - (STRIP if panel.released else 0)
+
     def y(v: float) -> float:
-        return top + height * (1 - (max(panel.low, min(panel.high, v)) - panel.low) / (panel.high - panel.low))
+        if panel.released and v < panel.low:
+            return top + height                       # the 0% line under the axis break
+        return top + scale_h * (1 - (max(panel.low, min(panel.high, v)) - panel.low) / (panel.high - panel.low))
 
     out = [f'<text x="{LEFT}" y="{top - 6}" font-weight="bold">{escape(panel.title)}</text>']
+    if panel.released:
+        out.append(f'<rect x="{LEFT}" y="{top + scale_h}" width="{plot_w}" height="{STRIP}" fill="#f4f4f4"/>')
     step = 5 if panel.high - panel.low <= 25 else 10 if panel.high - panel.low <= 50 else 20
     v = panel.low
     while v <= panel.high + 1e-9:
         out.append(f'<line x1="{LEFT}" y1="{y(v):.1f}" x2="{LEFT + plot_w}" y2="{y(v):.1f}" stroke="#e0e0e0"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:g}%</text>')
         v += step
+    if panel.released:
+        out.append(f'<text x="{LEFT - 6}" y="{top + height + 4}" text-anchor="end">0%</text>')
     for value, label in panel.lines:
         out.append(f'<line x1="{LEFT}" y1="{y(value):.1f}" x2="{LEFT + plot_w}" y2="{y(value):.1f}" '
                    'stroke="#b00" stroke-dasharray="6,3"/>')
         out.append(f'<text x="{LEFT + 4}" y="{y(value) - 3:.1f}" fill="#b00">{escape(label)}</text>')
     out.append(f'<line x1="{LEFT}" y1="{top + height}" x2="{LEFT + plot_w}" y2="{top + height}" stroke="#000"/>')
     out.append(f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{top + height}" stroke="#000"/>')
+    if panel.released:
+        out.append(_axis_break(LEFT, top + scale_h + STRIP / 2))
     grid, out = out, []
+    first_release: tuple[float, float] | None = None
     for i, s in panel.series:
         colour = PALETTE[i % len(PALETTE)]
-        pts = [(x(p.time), y(p.value)) for p in s.points]
         if s.kind == "oom":
-            out += [_cross(px, py, colour) for px, py in pts]
-        elif len(pts) == 1:
-            out.append(f'<circle cx="{pts[0][0]:.1f}" cy="{pts[0][1]:.1f}" r="3" fill="{colour}"/>')
-        else:
-            path = " ".join(f"{px:.1f},{py:.1f}" for px, py in pts)
-            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"{_dash(s)}/>')
+            out += [_cross(x(p.time), y(p.value), colour) for p in s.points]
+            continue
+        for piece in segments(s.points):
+            pts = [(x(p.time), y(p.value)) for p in piece]
+            if len(pts) == 1:
+                out.append(f'<circle cx="{pts[0][0]:.1f}" cy="{pts[0][1]:.1f}" r="3" fill="{colour}"/>')
+            else:
+                path = " ".join(f"{px:.1f},{py:.1f}" for px, py in pts)
+                out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"{_dash(s)}/>')
+        if panel.released:
+            drop = next((b for a, b in zip(s.points, s.points[1:]) if a.value >= panel.low > b.value), None)
+            if drop is not None and (first_release is None or x(drop.time) < first_release[0]):
+                first_release = (x(drop.time), y(drop.value))
+    if first_release is not None:                     # name the first release on the 0% line, under the data
+        rx, ry = first_release
+        right = rx > LEFT + 0.7 * plot_w
+        out = _label(rx - 5 if right else rx + 5, ry - 4, "memory released", right, "#000") + out
     return grid, out
 
 

@@ -18,7 +18,7 @@ from ..recovery.redact import redact_output
 from .audit_steps import AuditSteps, read_steps
 from .chart import Chart, Marker, build_chart
 from .lessons import NoteLine, derive_actions, derive_lessons
-from .mermaid import gantt
+from .mermaid import gantt, omitted
 from .sections import (CLASS_LABELS, chart_view, config_diff, detection_claims, done_claims, root_cause_view,
                        timeline_rows, value_text)
 from .signals import (NODES_DOWN, earlier_signals, engine_budget, first_failure_per_node, impact_claims,
@@ -51,7 +51,7 @@ def load_inputs(incident: str | Path) -> Inputs:
     from ..timeline.incident import load_incident
 
     bundle = Path(incident)
-    load_incident(bundle)                   # a missing directory or a broken incident.yaml: one clear error first
+    load_incident(bundle, strict=False)     # a missing directory: one clear error first (a broken incident.yaml is a problem listed)
     # A bundle with notes and an audit log but no evidence files still gets its postmortem: the
     # verdict is then `unknown` and names what to attach. Parsed once, for the verdict and the timeline.
     evidence = load_evidence([str(bundle)], require=False)
@@ -110,6 +110,7 @@ def build_context(src: Inputs, *, now: datetime | None = None, chart_link: str |
                           durations["ttr"], tuple(steps), tuple(done_claims(tl.events))),
         timeline=tuple(timeline_rows(tl.events)),
         mermaid=gantt(tl.incident_id, tl.moments, tl.events),
+        mermaid_note=omitted(tl.events),
         chart=chart_view(chart, chart_link),
         lessons=lessons,
         action_items=tuple(derive_actions(verdict, evidence, sooner, lessons)),

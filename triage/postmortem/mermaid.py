@@ -69,10 +69,31 @@ def _label(e: Any) -> str:
     return f"{text} {e.node}" if e.node and e.node not in text else text
 
 
-def _milestones(events: Sequence[Any]) -> list[Any]:
+_NOUNS = {"failure": "failures", "detection": "detection events", "response": "response events",
+          "recovery": "recovery events", "note": "notes"}
+
+
+def omitted(events: Sequence[Any]) -> str:
+    """The sentence the document prints under the diagram when it leaves events out ("" when it
+    shows them all): which, and how many of each kind."""
+    candidates = _candidates(events)
+    picked = _milestones(events)
+    if len(picked) == len(candidates):
+        return ""
+    counts = []
+    for category in ("failure", "detection", "response", "recovery", "note"):
+        total = sum(1 for e in candidates if e.category == category)
+        shown = sum(1 for e in picked if e.category == category)
+        if shown < total:
+            counts.append(f"{shown} of {total} {_NOUNS[category]}")
+    listed = ", ".join(counts[:-1]) + " and " + counts[-1] if len(counts) > 1 else counts[0]
+    return (f"The diagram shows {listed} (at most {MAX_MILESTONES} events: the earliest, and the last); "
+            "the timeline table lists them all.")
+
+
+def _candidates(events: Sequence[Any]) -> list[Any]:
     """The first failure per node (a GPU OOM before the engine-dead line of the same second), and
-    every detection, response, recovery and note, in time order; when that is too many, the
-    earliest are kept, and the last."""
+    every detection, response, recovery and note, in time order."""
     seen_nodes: set[Any] = set()
     out = []
     for e in sorted(events, key=lambda e: (e.time, e.kind != "gpu_oom")):
@@ -83,6 +104,13 @@ def _milestones(events: Sequence[Any]) -> list[Any]:
         elif e.category == "signal":
             continue
         out.append(e)
+    return out
+
+
+def _milestones(events: Sequence[Any]) -> list[Any]:
+    """The candidates; when they are too many, the earliest are kept, and the last (`omitted`
+    says so in the document)."""
+    out = _candidates(events)
     if len(out) > MAX_MILESTONES:
         keep = set(id(e) for e in out[: MAX_MILESTONES - 1]) | {id(out[-1])}
         out = [e for e in out if id(e) in keep]

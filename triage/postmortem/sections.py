@@ -62,8 +62,9 @@ def chart_view(chart: Chart, link: str | None) -> ChartView:
                    for s in chart.series)
     if chart.svg is None:
         return ChartView(None, chart.note, series)
-    return ChartView(link, chart.note if link else chart.note + " (not written: the postmortem went to stdout)",
-                     series)
+    if not link:
+        return ChartView(None, chart.note + " (not written: the postmortem went to stdout)", series)
+    return ChartView(link, chart.note, series, chart.legend)
 
 
 def config_diff(verdict: Verdict, evidence: EvidenceSet) -> ConfigDiff:

@@ -179,6 +179,7 @@ class ChartView:
     path: str | None                  # link target relative to the markdown file; None: not written
     note: str                         # what it shows, or why there is no chart
     series: tuple[SeriesView, ...]
+    legend: str = ""                  # how to read it (key moments, gaps, axis break); "" without a chart
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,7 @@ class Context:
     missing: tuple[str, ...]
     problems: tuple[str, ...]
     facts: dict[str, Any] = field(default_factory=dict)
+    mermaid_note: str = ""            # what the diagram leaves out ("" when it shows every event)
 
     def as_mapping(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -63,6 +63,7 @@ class LaunchSpec:
     origin: str = BUNDLE                # LIVE | FLAG | BUNDLE (see above)
     bundle_env: tuple[str, ...] = ()    # keys of `env` whose values came from the bundle
     base_env_uid: int | None = None     # whose environment base_env is (None with base_env: unknown)
+    missing: tuple[str, ...] = ()       # what the command lacks (a secret the log masked): refused before step 1
 
 
 def rollback_spec(known_good: list[str], base: LaunchSpec | None) -> LaunchSpec:

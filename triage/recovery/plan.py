@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..evidence.kinds import Kind
 from ..model import EvidenceSet, Verdict
+from .fill import min_free_share, render_runbook
 from .privileges import RunAs, relaunch_env, run_uid
 from .runbooks import Runbook, RunbookStep
 from .trust import FLAG, BundleCommand, bundle_commands
@@ -58,14 +59,23 @@ class Plan:
     bundle: list[BundleCommand] = field(default_factory=list)   # commands from the bundle: need confirming
     run_as: RunAs | None = None          # who the relaunch runs as
     env_dropped: list[str] = field(default_factory=list)          # `NAME: why` for variables a relaunch drops
+    manual: list[tuple[str, Any, Any, str]] = field(default_factory=list)   # changes no relaunch makes (upgrades)
 
 
 def build_plan(verdict: Verdict, runbook: Runbook, prepared: "Prepared",
                driver: str | None = None, deployment: str | None = None) -> Plan:
     """The runbook made concrete: the confirmed PIDs (live /proc reads in `prepared`), the launch
     line with the verdict's changes, every detail of every step."""
+    runbook = render_runbook(runbook, verdict)          # the verdict's values in every step text
     plan = Plan(runbook=runbook, verdict=verdict, driver=driver, deployment=deployment)
-    plan.diff = [(r.setting, r.from_value, r.to_value) for r in verdict.recommendations if r.to_value is not None]
+    from ..advice import is_launch_change
+
+    engine = str(verdict.facts.get("engine_name") or verdict.facts.get("engine") or "vllm")
+    launch_changes = [r for r in verdict.recommendations if is_launch_change(r, engine)]
+    plan.diff = [(r.setting, r.from_value, r.to_value) for r in launch_changes]
+    # An upgrade or a restart schedule: a restart cannot make it; listed for a person to do.
+    plan.manual = [(r.setting, r.from_value, r.to_value, r.why) for r in verdict.recommendations
+                   if r.to_value is not None and r not in launch_changes]
     plan.server_url = prepared.url
     ident = prepared.identification
     plan.pids = [PidCandidate(p.info.pid, p.role, p.why, "confirmed") for p in ident.processes]
@@ -122,7 +132,7 @@ def _details(step: RunbookStep, plan: Plan) -> list[str]:
                 "then SIGKILL what is left",
                 "then check with NVML that the memory came back"]
     if step.action == "check_gpu_free":
-        return [f"NVML: at least {p.get('min_free_share', 0.9):.0%} of the GPU free, and no compute process on it"]
+        return _gpu_free_details(step, plan)
     if step.action == "gpu_reset":
         return ["nvidia-smi --gpu-reset -i <GPU> — only with --allow-gpu-reset, as root, and only when NVML "
                 "lists no process on that GPU; refused otherwise"]
@@ -140,6 +150,18 @@ def _details(step: RunbookStep, plan: Plan) -> list[str]:
     if step.action == "manual":
         return [str(p.get("instruction")), "the operator confirms before the plan goes on"]
     return []
+
+
+def _gpu_free_details(step: RunbookStep, plan: Plan) -> list[str]:
+    """The free share the check requires, where it comes from, and what the verdict says must go."""
+    share, why, strict = min_free_share(step.params, plan.verdict)
+    out = [f"NVML: at least {share:.0%} of the GPU free ({why})"
+           + (", and no compute process on it" if strict else "; other processes may stay if that much is free")]
+    blocking = next((r for r in plan.verdict.recommendations if r.manual and r.setting == "other_gpu_processes"), None)
+    if blocking is not None:
+        out.append(f"first, by hand: stop {blocking.from_value} (not this server's, so recovery will not); "
+                   "until then this check fails")
+    return out
 
 
 def _restart_details(step: RunbookStep, plan: Plan) -> list[str]:
@@ -238,6 +260,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "new_argv": plan.new_argv,
         "env": plan.env,
         "changes": [{"setting": s, "from": old, "to": new} for s, old, new in plan.diff],
+        "manual_changes": [{"setting": s, "from": old, "to": new, "why": why} for s, old, new, why in plan.manual],
         "bundle_commands": [b.json() for b in plan.bundle],
         "run_as": _run_as_json(plan.run_as),
         "env_dropped": plan.env_dropped,

@@ -77,6 +77,8 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
     ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")])
     ident.refuse([] if in_pod else elsewhere)      # in a pod, log PIDs are another namespace's numbers
     launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
+    if launch is not None:
+        notes += [f"cannot relaunch: {why}" for why in launch.missing]
     if launch is not None and launch.base_env is None and not in_pod and not launch.source.startswith("the running"):
         watch = ("CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN")
         keys = ", ".join(k for k in watch if k in os.environ) or "none of " + ", ".join(watch)
@@ -179,6 +181,7 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     old: list[str] | None = None
     env: dict[str, str] = {}
     base_uid: int | None = None
+    missing: list[str] = []
     origin = BUNDLE
     if launch_command:
         old, env = _split_command(launch_command)
@@ -196,16 +199,16 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     elif (recorded := _recorded_launch(records)) is not None:
         old, source = recorded["old_argv"], f"actions.jsonl:{recorded['seq']} (the command before the last relaunch)"
         cwd = recorded.get("cwd")
-    elif (yaml_launch := _incident_launch(incident)) is not None:
+    elif (yaml_launch := _incident_launch(incident, notes)) is not None and yaml_launch[0]:
         old, env, cwd = yaml_launch
         source = "incident.yaml launch"
     elif verdict.facts.get("argv"):
-        old, source = [str(a) for a in verdict.facts["argv"]], "the command line in the logs"
-    elif verdict.command:
-        old, env = _split_command(verdict.command)
-        notes.append("launch command rebuilt from vLLM's 'non-default args' line: check it, or give --launch-command")
-        source = "rebuilt from the logs"
-        return LaunchSpec(old, env, cwd, base_env, source, None, origin=BUNDLE, bundle_env=tuple(env))
+        old = [str(a) for a in verdict.facts["argv"]]
+        launch_fact = verdict.facts.get("launch") or {}
+        source = f"the launch in the logs ({launch_fact.get('source') or 'command line'})"
+        if yaml_launch is not None:          # incident.yaml gives only launch.env (the secrets the log masked)
+            env, cwd = yaml_launch[1], yaml_launch[2]
+        old, env, missing = fill_secrets(old, env, launch_fact.get("needs") or [])
     else:
         return None
     facts = verdict.facts
@@ -213,7 +216,41 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
                                  facts.get("engine_version"), facts.get("engine_mode"))
     from_bundle = tuple(k for k in env if k not in rec_env) if origin == BUNDLE else ()
     return LaunchSpec(new, {**env, **rec_env}, cwd, base_env, source, old, origin=origin, bundle_env=from_bundle,
-                      base_env_uid=base_uid)
+                      base_env_uid=base_uid, missing=tuple(missing))
+
+
+def fill_secrets(argv: list[str], env: dict[str, str], needs: list[dict[str, Any]]
+                 ) -> tuple[list[str], dict[str, str], list[str]]:
+    """A secret the log masked comes from launch.env (the variable the engine reads it from) or
+    from this shell's environment; the placeholder flag is then dropped from argv. What is still
+    missing is returned as a sentence each: the relaunch is refused before step 1 with it."""
+    missing: list[str] = []
+    argv = list(argv)
+    for need in needs:
+        flag, var = str(need.get("flag")), need.get("env")
+        if var and (var in env or var in os.environ):
+            if var not in env:
+                env = {**env, var: os.environ[var]}
+            argv = _without_flag(argv, flag)
+            continue
+        what = "the API key" if need.get("arg") == "api_key" else f"the value of {flag}"
+        missing.append(f"{what} is not in the evidence (the log masks it): {need.get('how')}")
+    return argv, env, missing
+
+
+def _without_flag(argv: list[str], flag: str) -> list[str]:
+    out, skip = [], False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok == flag:
+            skip = True
+            continue
+        if tok.startswith(flag + "="):
+            continue
+        out.append(tok)
+    return out
 
 
 def _server_root(ident: Identification) -> ServerProcess | None:
@@ -235,8 +272,15 @@ def _recorded_launch(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | None] | None:
-    data, path = read_incident(incident)
+def _incident_launch(incident: Path, notes: list[str] | None = None
+                     ) -> tuple[list[str], dict[str, str], str | None] | None:
+    try:
+        data, path = read_incident(incident)
+    except BadInput as exc:      # a typo in incident.yaml must not cost the plan: the other sources decide
+        if notes is not None:
+            notes.append(f"could not read {exc.path} for its launch: ({exc.problem}); the relaunch command "
+                         "comes from the other sources (or give --launch-command)")
+        return None
     launch = data.get("launch")
     if launch is None:
         return None
@@ -244,8 +288,11 @@ def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | N
         raise BadInput(str(path), f"launch.{sorted(map(str, set(launch) - {'argv', 'env', 'cwd'}))[0]}: unknown key "
                                   "(allowed: argv, env, cwd)")
     argv = launch.get("argv") if isinstance(launch, dict) else None
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, (str, int, float)) for a in argv):
-        raise BadInput(str(path), "launch.argv must be a non-empty list of strings")
+    # launch.env alone is allowed: the secrets a rebuilt command needs (VLLM_API_KEY), argv from the logs.
+    env_only = isinstance(launch, dict) and argv is None and "env" in launch
+    if not env_only and (not isinstance(argv, list) or not argv
+                         or not all(isinstance(a, (str, int, float)) for a in argv)):
+        raise BadInput(str(path), "launch.argv must be a non-empty list of strings (or give launch.env alone)")
     env = launch.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME.match(k) and not isinstance(v, bool)
                                             and isinstance(v, (str, int, float)) for k, v in env.items()):
@@ -253,7 +300,7 @@ def _incident_launch(incident: Path) -> tuple[list[str], dict[str, str], str | N
     cwd = launch.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not os.path.isabs(cwd)):
         raise BadInput(str(path), "launch.cwd must be an absolute directory path")
-    return [str(a) for a in argv], {str(k): str(v) for k, v in env.items()}, cwd or None
+    return [str(a) for a in argv or ()], {str(k): str(v) for k, v in env.items()}, cwd or None
 
 
 def _known_good(verdict: Verdict, records: list[dict[str, Any]], launch: LaunchSpec | None) -> list[str] | None:

@@ -14,13 +14,14 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import TriageError
 from ..paths import runbooks_dir
+from . import fill
 
 # action -> parameters it accepts (name -> type). Commands are argv lists built by the executor,
 # never shell strings taken from a runbook.
 ACTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "drain": {"poll_s": (int, float), "max_wait_s": (int, float)},
     "stop_server": {"grace_s": (int, float)},
-    "check_gpu_free": {"min_free_share": (int, float)},
+    "check_gpu_free": {"min_free_share": (int, float, str)},   # a share, or `target` (see WORDS)
     "gpu_reset": {"require_flag": bool},
     "restart": {"driver": str, "env": dict, "log": str},
     "wait_healthy": {"retries": int, "backoff_s": (int, float), "completion_deadline_s": (int, float)},
@@ -35,6 +36,9 @@ RANGES: dict[str, tuple[float, float | None]] = {
     "retries": (1, None), "backoff_s": (0, None), "completion_deadline_s": (0.1, None), "window_s": (0, None),
     "max_kv_usage": (0.01, 1), "max_gpu_share": (0.01, 1),
 }
+# Parameters that take a word besides a number. `min_free_share: target`: the share the relaunch's
+# own gpu_memory_utilization needs (the verdict's new value, else the server's), see recovery.fill.
+WORDS: dict[str, tuple[str, ...]] = {"min_free_share": ("target",)}
 DRIVERS = ("process", "systemctl", "kubectl")
 STEP_KEYS = {"id", "title", "action", "params", "timeout_s", "on_failure", "verify"}
 RUNBOOK_KEYS = {"id", "title", "applies_to", "summary", "steps"}
@@ -85,6 +89,7 @@ def parse_runbook(data: Any, source: str) -> Runbook:
     where.no_unknown(data, RUNBOOK_KEYS, "")
     for key in ("id", "title", "summary"):
         where.require_str(data, key, "")
+    where.placeholders(data["summary"], "summary")
     applies = data.get("applies_to")
     if not isinstance(applies, list) or not applies or not all(isinstance(a, str) for a in applies):
         where.fail("applies_to", "expected a non-empty list of verdict classes or runbook names")
@@ -108,6 +113,8 @@ def _step(where: "_Where", raw: Any, path: str) -> RunbookStep:
             where.fail(f"{path}.{key}", "missing")
     for key in ("id", "title", "verify"):
         where.require_str(raw, key, path)
+    for key in fill.STEP_TEXTS:
+        where.placeholders(raw[key], f"{path}.{key}")
     action = raw["action"]
     if action not in ACTIONS:
         where.fail(f"{path}.action", f"unknown action {action!r} (allowed: {', '.join(ACTIONS)})")
@@ -123,6 +130,12 @@ def _step(where: "_Where", raw: Any, path: str) -> RunbookStep:
     for key, value in params.items():
         if key not in allowed:
             where.fail(f"{path}.params.{key}", f"unknown parameter for {action} (allowed: {', '.join(allowed) or 'none'})")
+        if key in WORDS and isinstance(value, str):
+            if value not in WORDS[key]:
+                where.fail(f"{path}.params.{key}", f"expected a number or {' / '.join(WORDS[key])}")
+            continue
+        if key in fill.PARAM_TEXTS and isinstance(value, str):
+            where.placeholders(value, f"{path}.params.{key}")
         if isinstance(value, bool) and allowed[key] is not bool or not isinstance(value, allowed[key]):
             where.fail(f"{path}.params.{key}", f"expected {_type_name(allowed[key])}")
         if key in RANGES:
@@ -205,6 +218,11 @@ class _Where:
         unknown = sorted(set(data) - allowed)
         if unknown:
             self.fail(f"{path + '.' if path else ''}{unknown[0]}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+    def placeholders(self, text: str, path: str) -> None:
+        found = fill.problems(text)
+        if found:
+            self.fail(path, found[0])
 
     def require_str(self, data: Mapping[str, Any], key: str, path: str) -> None:
         if not isinstance(data.get(key), str) or not data[key].strip():

@@ -26,6 +26,16 @@ class NoRunbook(TriageError):
     exit_code = ExitCode.UNKNOWN
 
 
+class NothingToRecover(TriageError):
+    """The evidence holds no OOM (verdict no_oom): no runbook applies and that is an answer (exit 0)."""
+
+    exit_code = ExitCode.OK
+
+    def __init__(self, incident: str, verdict: Verdict):
+        self.verdict = verdict
+        super().__init__(f"{incident}: nothing to recover: no OOM found in the evidence")
+
+
 @dataclass
 class Session:
     incident: Path
@@ -54,6 +64,8 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
                           "(move it aside)")
     verdict, evidence = classify_paths([incident])
     name = runbook_name or verdict.runbook
+    if not name and verdict.oom_class.value == "no_oom":
+        raise NothingToRecover(incident, verdict)
     if not name:
         raise NoRunbook(f"{incident}: the verdict is {verdict.oom_class.value}; choose a runbook with --runbook "
                         "(triage runbooks lists them)")
@@ -111,6 +123,8 @@ def preflight(session: Session, options: ExecOptions, done: Sequence[str] = ()) 
             if not ns or not name or "/" in name:
                 problems.append(f"{where} needs the deployment: give --deployment NAMESPACE/NAME")
             continue                         # kubectl reads the container args live; no local command needed
+        if step.action == "restart" and p.launch is not None and p.launch.missing:
+            problems += [f"{where}: {why}" for why in p.launch.missing]
         if step.action == "restart" and p.launch is None:
             problems.append(f"{where} has no command to start the server with: give --launch-command '…' "
                             "(or launch: {argv: […]} in incident.yaml)")

@@ -65,8 +65,12 @@ class SimArgs:
         return [sys.executable, "-m", "triage.sim", "serve", *self.argv]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m triage.sim serve",
+PROG = "python -m triage.sim serve"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """`prog` is how the user invoked it (`triage sim serve` from the CLI), for --help and errors."""
+    p = argparse.ArgumentParser(prog=prog,
                                 description="Simulate vLLM's OpenAI-compatible server (see triage.sim).")
     p.add_argument("model", metavar="MODEL")
     vllm = p.add_argument_group("vLLM flags (same names and defaults as vllm serve)")
@@ -101,15 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: Sequence[str]) -> SimArgs:
-    ns = build_parser().parse_args(list(argv))
+def parse_args(argv: Sequence[str], prog: str = PROG) -> SimArgs:
+    ns = build_parser(prog).parse_args(list(argv))
     values: dict[str, Any] = vars(ns)
     args = SimArgs(**values, argv=tuple(argv))
-    _validate(args)
+    _validate(args, prog)
     return args
 
 
-def _validate(args: SimArgs) -> None:
+def _validate(args: SimArgs, prog: str = PROG) -> None:
     problems = []
     if not 0 < args.gpu_memory_utilization <= 1:
         problems.append("--gpu-memory-utilization must be in (0, 1]")
@@ -123,7 +127,7 @@ def _validate(args: SimArgs) -> None:
     if args.sim_hold_gpu_gib < 0:
         problems.append("--sim-hold-gpu-gib must not be negative")
     if problems:
-        build_parser().error("; ".join(problems))
+        build_parser(prog).error("; ".join(problems))
 
 
 def non_default_args(args: SimArgs) -> dict[str, Any]:

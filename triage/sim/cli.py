@@ -17,8 +17,10 @@ def sim() -> None:
 @sim.command(name="serve", add_help_option=False,
              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def serve(args: tuple[str, ...]) -> None:
+@click.pass_context
+def serve(ctx: click.Context, args: tuple[str, ...]) -> None:
     """Start the simulator: MODEL, vLLM flags, and --scenario (see --help)."""
     from .server import serve as run_server
 
-    raise SystemExit(run_server(list(args)))
+    # argparse's usage line and errors name the command as the user typed it (`triage sim serve`).
+    raise SystemExit(run_server(list(args), prog=ctx.command_path))

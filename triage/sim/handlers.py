@@ -39,6 +39,7 @@ class App:
 class SimHTTPServer(ThreadingHTTPServer):
     daemon_threads = True        # a hung completion must not keep the process alive at exit
     allow_reuse_address = True
+    request_queue_size = 2048    # uvicorn's --backlog default: a spike of connections queues, never resets
     app: App
 
 

@@ -110,18 +110,21 @@ class Device:
     def free(self) -> int:
         return max(0, self.sizing.runtime_free - self.fragments)
 
-    def oom_message(self, tried: int, slack: int) -> str:
+    def oom_message(self, tried: int, slack: int, live: int = 0) -> str:
         """The allocator's message for a failed `tried`-byte allocation.
 
         `slack` is the ordinary reserved-but-unallocated remainder of the activation pool; the
-        fragments come on top of it."""
+        fragments come on top of it. `live` is what the failing step itself already holds beyond
+        the profiled activation peak (a burst's batch): allocated, so it is not free any more."""
         s = self.sizing
-        reserved = s.weights + max(0, s.kv_bytes) + ACTIVATION_PEAK + self.fragments
+        live = max(0, min(live, self.free))
+        reserved = s.weights + max(0, s.kv_bytes) + ACTIVATION_PEAK + self.fragments + live
         unallocated = self.fragments + slack
         allocated = reserved - unallocated
         private = "" if s.eager else f"with {format_size(CUDA_GRAPHS)} allocated in private pools (e.g., CUDA Graphs), "
         return (f"CUDA out of memory. Tried to allocate {format_size(tried)}. GPU 0 has a total capacity of "
-                f"{format_size(s.total)} of which {format_size(self.free)} is free. Including non-PyTorch memory, "
+                f"{format_size(s.total)} of which {format_size(self.free - live)} is free. "
+                "Including non-PyTorch memory, "
                 f"this process has {format_size(reserved + NON_TORCH)} memory in use. Of the allocated memory "
                 f"{format_size(allocated)} is allocated by PyTorch, {private}and {format_size(unallocated)} is "
                 "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Sequence
 
-from .args import SimArgs, parse_args
+from .args import PROG, SimArgs, parse_args
 from .engine import Engine, Failure
 from .failures import write_engine_died, write_fatal_error, write_shutdown
 from .handlers import App, Handler, SimHTTPServer
@@ -38,8 +38,8 @@ def sizing_for(args: SimArgs) -> Sizing:
                   model_len=args.model_len, eager=args.enforce_eager)
 
 
-def serve(argv: Sequence[str]) -> int:
-    args = parse_args(argv)
+def serve(argv: Sequence[str], prog: str = PROG) -> int:
+    args = parse_args(argv, prog)
     log = VllmLog(args.log)
     try:
         return Simulator(args, log).run()
@@ -68,6 +68,7 @@ class Simulator:
             codes = {ENGINE_NAME: self._stop_engine_child(1) or 1}
             write_startup_failure(self.log, self.api, engine_proc, *error, codes)
             self._stop_worker()
+            self._exit_reason(f"simulated start-up OOM, EngineCore failed to start: ValueError: {error[1]}")
             return 1
         try:
             httpd = SimHTTPServer((self.args.host, self.args.port), Handler)
@@ -76,6 +77,7 @@ class Simulator:
                             f"Failed to bind {self.args.host}:{self.args.port}: {exc}")
             self._stop_engine_child(1)
             self._stop_worker()
+            self._exit_reason(f"cannot listen on {self.args.host}:{self.args.port}: {exc}")
             return 1
         engine = Engine(self.args, self.sizing, lambda f: self._on_failure(f, engine, engine_proc))
         httpd.app = App(self.args, self.log, self.api, engine, SimMetrics(self.args, self.sizing), int(time.time()))
@@ -117,6 +119,17 @@ class Simulator:
                   f"{ENGINE_NAME} pid {engine_proc.pid}{worker})", flush=True)
         except (OSError, ValueError):
             pass    # stdout closed: the log has the same line
+
+    def _exit_reason(self, why: str) -> None:
+        """One line on stderr saying why the simulator exits 1 and where its log is. Without --log
+        the vLLM log *is* stderr and already ends with the error, as a real server's would; a line of
+        ours there would be read as evidence, so only a log written to a file gets it."""
+        if self.args.log is None:
+            return
+        try:
+            print(f"triage.sim: exit 1: {why} (the vLLM log is {self.args.log})", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     def _install_signals(self, httpd: SimHTTPServer) -> None:
         def shut_down(signum: int, frame: object) -> None:

@@ -29,13 +29,13 @@ _EXPECTED_SOURCES = (
 def build_timeline(incident: str | Path, *, evidence: EvidenceSet | None = None) -> Timeline:
     """`evidence`: the bundle's records when the caller already loaded them (the postmortem
     classifies the same records): the bundle is then not parsed a second time."""
-    info = load_incident(incident)
+    info = load_incident(incident, strict=False)     # a broken incident.yaml is a problem listed, not the end
     evidence = _evidence(info, evidence)
     found = from_evidence(evidence)
     notes, note_problems = read_notes(info.path)
     action_raws, action_problems, has_actions = read_actions(info.path)
     has_notes = (info.path / NOTES).exists()
-    if not evidence.sources and not has_notes and not has_actions:
+    if not any(s.error is None for s in evidence.sources) and not has_notes and not has_actions:
         raise BadInput(str(incident), "nothing to build a timeline from: no evidence files, notes.jsonl or "
                                       "actions.jsonl")
     for i, r in enumerate(action_raws):   # at equal times: evidence, then notes, then recovery steps

@@ -21,7 +21,8 @@ from .model import MOMENT_NAMES
 @click.option("--author", metavar="NAME", help="Who noted it (default: the current user).")
 def note(incident: str, text: str, at: str | None, moment: str | None, author: str | None) -> None:
     """Append a note to INCIDENT/notes.jsonl (a timeline entry; secrets are masked)."""
-    from ..output import echo
+    from ..output import echo, wrap_plain
+    from ..redact import mask_text
     from .incident import load_incident
     from .notes import append_note
 
@@ -30,9 +31,10 @@ def note(incident: str, text: str, at: str | None, moment: str | None, author: s
     if broken:       # the note is kept; the rest of the tooling needs the file fixed
         echo(f"triage: warning: {broken}", err=True)
     marks = f" (sets {record['moment']})" if record.get("moment") else ""
-    echo(f"noted at {record['time']}{marks}: {record['text']}")
+    # Wrapped to the output width (triage.output.output_width) with a hanging indent; masked whole first.
+    echo(wrap_plain(mask_text(f"noted at {record['time']}{marks}: {record['text']}"), indent=2))
     if record.get("at_note"):
-        echo(f"  --at {record['at_note']}")
+        echo(wrap_plain(mask_text(f"  --at {record['at_note']}"), indent=4))
 
 
 @click.command(name="timeline")

@@ -52,7 +52,9 @@ def load_incident(path: str | Path, *, strict: bool = True) -> IncidentInfo:
     except BadInput as exc:
         if strict:
             raise
-        meta, has_yaml, yaml_error = {}, True, str(exc)
+        # as the evidence reader words it: the timeline lists the problem once
+        meta, has_yaml, yaml_error = {}, True, f"{exc}; skipped"
+        problems.append(yaml_error)
     created = parse_iso(str(meta["created"])) if meta.get("created") else None
     if meta.get("created") and created is None:
         problems.append(f"incident.yaml created: {str(meta['created'])[:60]!r} is not a time (use 2026-03-12T14:17:05Z); "

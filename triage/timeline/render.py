@@ -1,4 +1,4 @@
-"""A timeline as a DataFrame, JSON (`triage.timeline/v1`), CSV, or a rich table for people.
+"""A timeline as a DataFrame, JSON (`triage.timeline/v1`), CSV, or rich text blocks for people.
 
 Every export is masked (`triage.redact.redact_output`) as it is made, on top of the masking the
 timeline's build already did: a row is masked before it is cut or laid out.
@@ -98,9 +98,16 @@ _STYLE = {"signal": "yellow", "failure": "bold red", "detection": "magenta", "re
 
 
 def render_timeline(timeline: Timeline, console=None) -> None:
-    from ..console import Console
-    from rich.table import Table
+    """The timeline for people: one block per event (a header line of time, node, kind and source,
+    then the text with a hanging indent), the key moments, the durations, and a per-node summary.
+
+    Blocks, not a table, as `classify --explain` does: at 80 columns (and piped output is 80 wide,
+    see `triage.output.output_width`) a five-column table squeezed the source column to five
+    characters and the node column behind an ellipsis. Header fields wrap between each other, never
+    inside a path, a node name or a time."""
     from rich.text import Text
+
+    from ..console import Console, flow, hang, item
 
     out = console or Console(highlight=False)
     days = {e.time.date() for e in timeline.events}
@@ -108,45 +115,46 @@ def render_timeline(timeline: Timeline, console=None) -> None:
     stamp = "%H:%M:%S" if one_day else "%m-%d %H:%M:%S"
     title = f"{timeline.incident_id}" + (f" — {timeline.title}" if timeline.title else "")
     day = f", {next(iter(days))}" if one_day and days else ""
-    table = Table(title=f"{title}\n(all times UTC{day})", title_justify="left", expand=True)
-    table.add_column("time", no_wrap=True)
-    show_nodes = bool(timeline.nodes)
-    if show_nodes:
-        table.add_column("node", no_wrap=True)
-    table.add_column("what", no_wrap=True)
-    table.add_column("event", overflow="fold", ratio=3)
-    table.add_column("source", overflow="fold", ratio=1)
+    hang(out, Text(title, style="bold"), 2, first="")
+    out.print(Text(f"(all times UTC{day})", style="dim"))
+    # Node names padded to the longest (up to 24 columns) so the kinds line up.
+    node_width = min(24, max((len(n) for n in timeline.nodes), default=0))
+    if timeline.events:
+        out.print("\n[bold]Events[/bold]")
     for e in timeline.events:
-        when = e.time.strftime(stamp)
-        text = Text(_short(mask_text(e.text)))
-        if e.count > 1 and e.until is not None:
-            text.append(f"  ×{e.count}, until {e.until.strftime(stamp)}", style="bold")
-        elif e.until is not None:
-            text.append(f"  (until {e.until.strftime(stamp)})", style="dim")
         source = e.sources[0] + (f" +{len(e.sources) - 1}" if len(e.sources) > 1 else "")
-        row = [when] + ([e.node or ""] if show_nodes else []) + [Text(e.kind, style=_STYLE.get(e.category, "")),
-                                                                  text, Text(source, style="dim")]
-        table.add_row(*row)
-    out.print(table)
+        head = [Text(e.time.strftime(stamp), style="bold")]
+        if node_width:
+            head.append(Text((e.node or "").ljust(node_width)))
+        head += [Text(e.kind, style=_STYLE.get(e.category, "")), Text(source, style="dim")]
+        flow(out, head, first="  ", indent=6)
+        tail = None
+        if e.count > 1 and e.until is not None:
+            tail = Text(f"×{e.count}, until {e.until.strftime(stamp)}", style="bold")
+        elif e.until is not None:
+            tail = Text(f"(until {e.until.strftime(stamp)})", style="dim")
+        hang(out, Text(_short(mask_text(e.text))), 6, tail=tail)
     _render_moments(out, timeline, stamp)
     if len(timeline.nodes) > 1:
         _render_nodes(out, timeline, stamp)
     for title, items, style in (("Problems", timeline.problems, "red"), ("Missing", timeline.missing, "yellow")):
         if items:
             out.print(f"\n[bold {style}]{title}[/bold {style}]")
-            for item in items:
-                out.print(Text(f"  • {item}"))
+            for entry in items:
+                item(out, "•", Text(entry))
     if timeline.time_note:
-        out.print(Text(f"\nTimes: {timeline.time_note}.", style="dim"))
+        out.print()
+        hang(out, Text(f"Times: {timeline.time_note}.", style="dim"), 0)
 
 
 def _render_moments(out, timeline: Timeline, stamp: str) -> None:
-    from rich.table import Table
+    """`  moment  time  source`, then how it was found, indented."""
     from rich.text import Text
 
-    table = Table(title="Key moments", title_justify="left")
-    for col in ("moment", "time", "how", "source"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("moment", "time"))
+    from ..console import flow, hang
+
+    out.print("\n[bold]Key moments[/bold]")
+    width = max(len(name) for name in MOMENT_NAMES)
     for name in MOMENT_NAMES:
         m = timeline.moments.get(name)
         if m is None:
@@ -155,31 +163,44 @@ def _render_moments(out, timeline: Timeline, stamp: str) -> None:
         if m.computed is not None:
             computed = m.computed.time.strftime(stamp) if m.computed.time else "unknown"
             how += f" (computed: {computed}, {m.computed.how})"
-        table.add_row(name.replace("_", " "), m.time.strftime(stamp) if m.time else "—", Text(how),
-                      Text(m.source or "", style="dim"))
-    out.print(table)
-    parts = [f"{k.upper() if k != 'total' else 'total'} {duration_text(v) or '—'}" for k, v in timeline.durations.items()]
-    out.print("  " + "   ".join(parts))
-    out.print(Text("  " + "; ".join(f"{k}: {DURATION_LABELS[k]}" for k in DURATIONS), style="dim"))
+        flow(out, [Text(name.replace("_", " ").ljust(width), style="bold"), m.time.strftime(stamp) if m.time else "—",
+                   Text(m.source or "", style="dim")], first="  ", indent=6)
+        hang(out, Text(how), 6)
+    # A duration ("TTR 1m 55s") and a label ("ttd: time to detect (impact start → detected)") are
+    # never split across lines.
+    out.print()
+    flow(out, [f"{k.upper() if k != 'total' else 'total'} {duration_text(v) or '—'}"
+               for k, v in timeline.durations.items()], first="  ", indent=4, sep="   ")
+    for k in DURATIONS:
+        hang(out, Text(f"{k}: {DURATION_LABELS[k]}", style="dim"), 4, first="  ")
 
 
 def _render_nodes(out, timeline: Timeline, stamp: str) -> None:
-    from rich.table import Table
+    """One line per node (wrapped between its fields): the node's name, whole, then its counts."""
+    from rich.text import Text
+
+    from ..console import flow
 
     fleet = f" of a fleet of {timeline.fleet_size}" if timeline.fleet_size else ""
-    table = Table(title=f"Per node ({len(timeline.nodes)} seen{fleet})", title_justify="left")
-    for col in ("node", "first failure", "GPU OOMs", "engine deaths", "restarts", "last event"):
-        table.add_column(col, no_wrap=True)
+    out.print(f"\n[bold]Per node ({len(timeline.nodes)} seen{fleet})[/bold]")
+    width = min(24, max(len(n) for n in timeline.nodes))
     groups = timeline.by_node()
+    rows = []
     for node in timeline.nodes:
         events = groups.get(node, [])
         failures = [e for e in events if e.category == "failure"]
         last = max(events, key=lambda e: e.until or e.time)
-        table.add_row(node, failures[0].time.strftime(stamp) if failures else "—",
-                      *(str(sum(e.count for e in events if e.kind == k)) for k in ("gpu_oom", "engine_dead", "restart")),
-                      f"{(last.until or last.time).strftime(stamp)} {last.kind}")
-    out.print(table)
+        counts = [str(sum(e.count for e in events if e.kind == k)) for k in ("gpu_oom", "engine_dead", "restart")]
+        rows.append((node, failures[0].time.strftime(stamp) if failures else "—", counts,
+                     f"{(last.until or last.time).strftime(stamp)} {last.kind}"))
+    digits = max(len(c) for row in rows for c in row[2])      # counts right-aligned, so the fields line up
+    for node, first, counts, last in rows:
+        flow(out, [Text(node.ljust(width), style="bold"), f"first failure {first.ljust(len(stamp))}",
+                   f"GPU OOMs {counts[0]:>{digits}}", f"engine deaths {counts[1]:>{digits}}",
+                   f"restarts {counts[2]:>{digits}}", f"last event {last}"], first="  ", indent=6)
 
 
 def _short(text: str, limit: int = 240) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    from ..console import shorten
+
+    return shorten(text, limit)

@@ -10,23 +10,29 @@ import subprocess
 
 from ...live.nvml import GpuReading, NoNvml, describe, read_gpus
 from ..context import Deadline, Outcome, RunContext, failed, ok, skipped
+from ..fill import min_free_share
 from ..runbooks import RunbookStep
 
 
 def check_free(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
-    need = float(step.params.get("min_free_share", 0.9))
+    """The share the relaunch needs must be free. `min_free_share: target` is the relaunch's own
+    gpu_memory_utilization (what vLLM itself will insist is free), so processes a lowered target
+    was sized around may stay; a fixed share also requires that no compute process is left."""
+    need, why, strict = min_free_share(step.params, ctx.verdict)
     while True:
         gpus = read_gpus()
         if isinstance(gpus, NoNvml):
-            return skipped(f"{gpus}; check `nvidia-smi` by hand before the relaunch")
+            return skipped(f"{gpus}; check `nvidia-smi` by hand before the relaunch "
+                           f"(need {need:.0%} of the GPU free: {why})")
         gpus = _server_gpus(gpus, ctx)
-        busy = [g for g in gpus if g.pids or g.free_share < need]
+        busy = [g for g in gpus if (strict and g.pids) or g.free_share < need]
         if not busy:
-            return ok(*(describe(g) for g in gpus), gpus=[g.index for g in gpus])
+            return ok(*(describe(g) for g in gpus), f"needed {need:.0%} free ({why})", gpus=[g.index for g in gpus])
         if deadline.left() < 2:
             return failed("find the processes with `nvidia-smi --query-compute-apps=pid,process_name,used_memory "
                           "--format=csv` and stop them (they are not this server's, so triage will not)",
-                          *(describe(g) for g in busy), f"need {need:.0%} free and no process")
+                          *(describe(g) for g in busy),
+                          f"need {need:.0%} free ({why})" + (" and no process" if strict else ""))
         deadline.sleep(2)
 
 
