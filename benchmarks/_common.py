@@ -58,31 +58,59 @@ with open(result, "w") as f:
 """
 
 
-def run_timed(cmd: Sequence[str], cwd: Path | None = None) -> RunResult:
-    """Runs `cmd` once: wall time (spawn to exit) and the child's own peak RSS."""
+STDOUT_MODES = ("capture", "devnull", "drain")
+
+
+def run_timed(cmd: Sequence[str], cwd: Path | None = None, stdout: str = "capture") -> RunResult:
+    """Runs `cmd` once: wall time (spawn to exit) and the child's own peak RSS.
+
+    `stdout`: "capture" (to a temporary file, returned in the result), "devnull" (the child's
+    stdout is /dev/null itself, as with `cmd > /dev/null`: GNU grep notices and stops at its
+    first match) or "drain" (a pipe that this process reads and throws away, so the child
+    writes all of its output, as into `| cat > /dev/null`). The result's stdout is "" unless
+    captured."""
+    if stdout not in STDOUT_MODES:
+        raise ValueError(f"stdout must be one of {STDOUT_MODES}, not {stdout!r}")
     if not (hasattr(os, "wait4") and hasattr(os, "posix_spawnp")):
-        return _run_plain(cmd, cwd)
+        return _run_plain(cmd, cwd, stdout)
     with tempfile.TemporaryDirectory(prefix="triage-bench-") as tmp:
         result, out_path, err_path = (Path(tmp, name) for name in ("result", "out", "err"))
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            subprocess.run([sys.executable, "-S", "-I", "-c", _LAUNCHER, str(result), *cmd],
-                           stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, check=False)
-        stdout = out_path.read_bytes().decode("utf-8", "replace")
+        launcher = [sys.executable, "-S", "-I", "-c", _LAUNCHER, str(result), *cmd]
+        with open(err_path, "wb") as err:
+            if stdout == "drain":
+                with subprocess.Popen(launcher, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                      cwd=cwd) as proc:
+                    assert proc.stdout is not None
+                    while proc.stdout.read(1 << 20):
+                        pass
+            else:
+                with open(os.devnull if stdout == "devnull" else out_path, "wb") as out:
+                    subprocess.run(launcher, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd,
+                                   check=False)
+        text = out_path.read_bytes().decode("utf-8", "replace") if stdout == "capture" else ""
         stderr = err_path.read_bytes().decode("utf-8", "replace")
         if not result.exists():  # the launcher itself failed, e.g. command not found
             raise BenchError(f"could not run `{' '.join(cmd)}`\n{tail(stderr)}")
         rc, wall, maxrss = result.read_text().split()
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    return RunResult(tuple(cmd), int(rc), float(wall), int(maxrss) * scale, stdout, stderr)
+    return RunResult(tuple(cmd), int(rc), float(wall), int(maxrss) * scale, text, stderr)
 
 
-def _run_plain(cmd: Sequence[str], cwd: Path | None) -> RunResult:
-    """Fallback without wait4/posix_spawn: wall time only."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(list(cmd), capture_output=True, stdin=subprocess.DEVNULL, cwd=cwd, check=False)
-    wall = time.perf_counter() - t0
-    return RunResult(tuple(cmd), proc.returncode, wall, None,
-                     proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
+def _run_plain(cmd: Sequence[str], cwd: Path | None, stdout: str = "capture") -> RunResult:
+    """Fallback without wait4/posix_spawn: wall time only ("drain" reads the pipe to the end)."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        with subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL if stdout == "devnull" else subprocess.PIPE,
+                              stderr=err, stdin=subprocess.DEVNULL, cwd=cwd) as proc:
+            chunks = []
+            if proc.stdout is not None:
+                while chunk := proc.stdout.read(1 << 20):
+                    if stdout == "capture":
+                        chunks.append(chunk)
+        wall = time.perf_counter() - t0
+        err.seek(0)
+        errtext = err.read().decode("utf-8", "replace")
+    return RunResult(tuple(cmd), proc.returncode, wall, None, b"".join(chunks).decode("utf-8", "replace"), errtext)
 
 
 def check_verdict_run(res: RunResult) -> dict[str, Any]:

@@ -31,7 +31,8 @@ def test_class_modules_document_signature_and_confusions():
 def test_every_parser_module_is_registered():
     found = {m.name for m in pkgutil.iter_modules(evidence.__path__)}
     helpers = {"base", "kinds", "logline", "signatures", "torch_oom", "sigdata", "extractors",
-               "compressed", "archive"}     # codecs and archives: how inputs are opened, not parsers
+               "compressed", "archive",     # codecs and archives: how inputs are opened, not parsers
+               "repeats"}                   # the log reader's aggregation of repetitive lines
     assert found - helpers == set(evidence.PARSER_MODULES)
     for mod in evidence.parsers():
         assert callable(mod.sniff) and callable(mod.parse) and mod.NAME

@@ -232,3 +232,17 @@ def test_piped_output_is_80_columns_unless_COLUMNS_says_otherwise(monkeypatch):
     assert result.exit_code == 0
     assert all(len(line) <= 80 for line in result.stdout.splitlines())
     assert "gpu-node-07" in result.stdout and "gpu-nod…" not in result.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_table_of_several_bundles_keeps_names_whole_and_numbers_with_their_units(width):
+    from tests.conftest import SAMPLES
+
+    result = CliRunner().invoke(main, ["classify", str(SAMPLES)], env={"COLUMNS": str(width)})
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= width for line in lines)
+    for bundle in (p.name for p in SAMPLES.iterdir() if (p / "incident.yaml").exists()):
+        assert any(line.split()[:1] == [bundle] for line in lines), bundle      # whole, never cut
+    # A number is never left at the end of a line without its unit.
+    assert not any(re.search(r"\d$", line) and re.match(r"\s+(GiB|MiB|h|s)\b", nxt)
+                   for line, nxt in zip(lines, lines[1:]))

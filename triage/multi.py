@@ -10,6 +10,7 @@ their own; nothing is merged silently. A directory of loose files is one inciden
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -153,17 +154,25 @@ def table(outcomes: Sequence[Outcome], width: int, base: str | None = None) -> l
     lines = [f"{'BUNDLE':<{name_w}}  {'CLASS':<{class_w}}  {'CONF':>4}  SUMMARY"]
     for o, label in zip(outcomes, names):
         if len(label) > name_w:
-            label = label[:name_w - 1] + "…"
+            lines.append(label)               # a long name on its own line, whole; the row below it
+            label = ""
         if o.verdict is not None:
             v = o.verdict
             cls, conf, summary = v.oom_class.value, f"{v.confidence:.2f}", v.summary  # type: ignore[attr-defined]
         else:
             cls, conf, summary = "unreadable", "", (o.error or "").splitlines()[0]
-        wrapped = textwrap.wrap(summary, summary_w, break_on_hyphens=False) or [""]
+        # A number stays with its unit ("16.00 GiB", "79.8 h"): glued by a stand-in for the space.
+        glued = _UNIT_SPACE.sub(_GLUE, summary)
+        wrapped = [w.replace(_GLUE, " ") for w in textwrap.wrap(glued, summary_w, break_on_hyphens=False)] or [""]
         if len(wrapped) > 3:
             wrapped = wrapped[:3]
-            wrapped[-1] = wrapped[-1][:summary_w - 1] + "…"
+            last = wrapped[-1]
+            wrapped[-1] = (last if len(last) < summary_w else last[:last.rfind(" ")]) + "…"
         lines.append(f"{label:<{name_w}}  {cls:<{class_w}}  {conf:>4}  {wrapped[0]}")
         pad = " " * (name_w + class_w + 10)
         lines += [pad + more for more in wrapped[1:]]
     return lines
+
+
+_GLUE = "\ue000"
+_UNIT_SPACE = re.compile(r"(?<=\d) (?=(?:GiB|MiB|KiB|GB|MB|KB|B|h|min|s|ms|tokens|requests)\b)")

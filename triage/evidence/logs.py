@@ -10,15 +10,16 @@ from __future__ import annotations
 import gzip
 import io
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import BadInput
 from ..model import Evidence, Phase
 from .base import MAX_LINE_BYTES, InputFile, ParseContext
 from .kinds import Kind
 from .logline import LogLine, parse_line
+from .repeats import ADMISSION_MARK, PREEMPT_MARK, STATS_MARK, NoiseMarkers, PreemptionBuckets
 from .signatures import match_message, pool_detail
 from ..units import whole
 from .torch_oom import is_complete, parse_torch_oom
@@ -100,26 +101,32 @@ class _Pending:
     budget: int = 6
 
 
+# A stats line held unparsed: (line number, raw bytes, the sequence number its record takes).
+RawStats = tuple
+
+
 class _StatsWindow:
     """Stats lines in bounded memory: the most recent ones in full, older ones thinned out.
 
     A month of V1 logs has ~260k stats lines; the rules need the minutes before a failure (kept
     whole, flushed when a failure is recorded) and a trend over the rest (every k-th line, k
-    doubling whenever the history would pass HISTORY lines).
+    doubling whenever the history would pass HISTORY lines). Lines met on the serving fast path
+    are held as raw bytes and parsed (by `parse`) only if they are still kept when flushed.
     """
 
     RECENT = 256
     HISTORY = 1024
 
-    def __init__(self) -> None:
+    def __init__(self, parse: "Callable[[RawStats], Evidence | None]" = lambda raw: None) -> None:
         from collections import deque
 
-        self.recent: "deque[Evidence]" = deque()
-        self.history: list[Evidence] = []
+        self.parse = parse
+        self.recent: "deque[Evidence | RawStats]" = deque()
+        self.history: "list[Evidence | RawStats]" = []
         self.step = 1
         self.count = 0
 
-    def hold(self, record: Evidence) -> None:
+    def hold(self, record: "Evidence | RawStats") -> None:
         self.recent.append(record)
         if len(self.recent) > self.RECENT:
             old = self.recent.popleft()
@@ -133,7 +140,10 @@ class _StatsWindow:
     def flush(self) -> Iterator[Evidence]:
         out = self.history + list(self.recent)
         self.history, self.recent = [], type(self.recent)()
-        yield from out
+        for item in out:
+            record = self.parse(item) if isinstance(item, tuple) else item
+            if record is not None:
+                yield record
 
 
 class LogScanner:
@@ -149,7 +159,10 @@ class LogScanner:
         self.pending: _Pending | None = None
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
-        self.stats = _StatsWindow()
+        self.stats = _StatsWindow(self._raw_stats_record)
+        self.preempts = PreemptionBuckets(lambda text: parse_line(text, self.ctx.times).time)
+        self.noise = NoiseMarkers()
+        self.admissions = False          # an admission line was seen while serving: count them per chunk
         self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
 
     # -- public -------------------------------------------------------------------------------
@@ -254,7 +267,47 @@ class LogScanner:
 
     def finish(self) -> Iterator[Evidence]:
         yield from self._finish_records()
+        self.preempts.close()
         yield from self.stats.flush()
+
+    # -- the serving fast path: repetitive lines ------------------------------------------------
+    def admitted(self) -> bool:
+        """An admission line met while serving (says nothing new): from now on counted per chunk."""
+        self.admissions = True
+        return True
+
+    def hold_stats(self, lineno: int, raw: bytes | bytearray) -> None:
+        """A stats line met while serving, kept unparsed (counted now, parsed if still kept)."""
+        self.records += 1
+        self.stats.hold((lineno, bytes(raw), self.ctx.next_seq()))
+
+    def _raw_stats_record(self, item: RawStats) -> Evidence | None:
+        lineno, raw, seq = item
+        log = parse_line(raw.decode("utf-8", errors="replace"), self.ctx.times)
+        for kind, fields in match_message(log.message):
+            if kind is Kind.STATS:
+                fields = dict(fields)
+                if log.process:
+                    fields.setdefault("process", log.process)
+                if log.level:
+                    fields.setdefault("level", log.level)
+                return replace(self.ctx.evidence(self.src, lineno, kind, log.message.strip(), time=log.time, **fields),
+                               seq=seq)
+        return None
+
+    def preemption(self, lineno: int, raw: bytes | bytearray) -> Iterator[Evidence]:
+        """One preemption warning met while serving: counted into its time bucket, or read in full
+        as the first of a new bucket."""
+        key = self.preempts.key(raw)
+        if self.preempts.fits(key):
+            self.preempts.add(lineno, raw)
+            return
+        head = None
+        for record in self.feed(lineno, raw.decode("utf-8", errors="replace")):
+            if record.kind == Kind.PREEMPTION.value and head is None:
+                head = record
+            yield record
+        self.preempts.start(key, head, lineno, raw)
 
     def _finish_records(self) -> Iterator[Evidence]:
         if self.summary is not None:
@@ -353,6 +406,7 @@ class LogScanner:
             self.stats.hold(record)
             return
         if kind in _FAILURE_KINDS:
+            self.preempts.close()           # a bucket of warnings does not run across a failure
             yield from self.stats.flush()   # the load just before a failure is kept in full
         yield record
 
@@ -381,8 +435,11 @@ class LogScanner:
             if self.phase is not Phase.SERVING:
                 self.phase = Phase.READY
         elif kind is Kind.REQUEST_SERVED:
+            # Inference is a POST (completions, chat, generate, embeddings); a probe's GET or HEAD
+            # of / or /health shows a server that is up, not one that serves.
             path = str(fields.get("path", ""))
-            if fields.get("status", 500) < 500 and not path.startswith(_NON_SERVING_PATHS):
+            if fields.get("status", 500) < 500 and fields.get("method", "POST") == "POST" \
+                    and not path.startswith(_NON_SERVING_PATHS):
                 self.phase = Phase.SERVING
         elif kind is Kind.STATS:
             if any((fields.get(k) or 0) > 0 for k in ("running", "prompt_tps", "generation_tps", "kv_usage", "waiting")):
@@ -527,10 +584,13 @@ def _has_long_line(buf: bytes, cut: int) -> bool:
     return False
 
 
-# uvicorn's request line ends `HTTP/1.1" <status>`; a URL that merely contains "HTTP/1." does not
-# end with the quote, so it cannot make a chunk look like access lines only.
-ACCESS_MARK = b'HTTP/1.1" '
-CHUNK = 8 * 1024
+# An HTTP access line: uvicorn's `"GET /health HTTP/1.1" 200 OK`, a proxy's `"GET / HTTP/2.0" 200 612`,
+# any method, path and HTTP version. The request line is the only place a log writes " HTTP/".
+ACCESS_MARK = b' HTTP/'
+# A request that shows the server serving: a POST (completions, chat, embeddings). Probes and
+# scrapes (GET /health, GET /metrics, HEAD /) before it change nothing.
+SERVING_REQUEST = b'"POST '
+CHUNK = 32 * 1024
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
@@ -542,6 +602,13 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
             if scanner.phase is Phase.SERVING and not scanner.busy:
                 pos, lineno = yield from _serving_scan(scanner, buf, pos, end, lineno)
                 continue
+            if scanner.phase is not Phase.STARTING and not scanner.busy:
+                # Up (or of unknown phase) and not yet serving: probe and scrape lines are skipped
+                # at C speed; a chunk with the first POST is read line by line.
+                at = pos
+                pos, lineno = yield from _ready_scan(scanner, buf, pos, end, lineno)
+                if pos != at:
+                    continue
             nl = buf.find(b"\n", pos)
             raw = buf[pos:nl]
             if not scanner.skippable(raw):
@@ -550,30 +617,149 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     yield from scanner.finish()
 
 
-def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lineno: int):
-    """Feed only the non-access lines of buf[pos:] while serving; stop where the phase changes.
-
-    Chunks whose newline count equals their access-marker count are all access lines and are
-    skipped after two C-speed counts, so a serving log's millions of access lines cost no
-    Python work; a chunk that holds other lines is halved the same way until the pieces are
-    small (see _odd_lines). (An access line quoting the marker twice could hide one line of its
-    chunk; uvicorn writes the request line once.) Returns (position, line number) to resume at.
-    """
-    a = pos
+def _ready_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lineno: int):
+    """Before the first served request: skip the access lines of buf[pos:] (probes, scrapes) and
+    feed the others, chunk by chunk, up to a chunk holding a serving request (a POST) or a change
+    of phase. Returns (position, line number) to resume at (pos itself: read the next line alone)."""
     count, find = buf.count, buf.find
+    a = pos
     while a < end:
         b = find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
+        if find(SERVING_REQUEST, a, b) >= 0:
+            return a, lineno
         lines_here = count(b"\n", a, b)
         if lines_here != count(ACCESS_MARK, a, b):
             for at, at_line, raw in _odd_lines(buf, a, b, lineno, lines_here):
                 if not scanner.tracebacks and is_request_log(raw):
                     continue
                 yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
-                if scanner.phase is not Phase.SERVING or scanner.busy:
-                    return at + len(raw) + 1, at_line + 1          # resume just after this line
+                if scanner.phase in (Phase.SERVING, Phase.STARTING) or scanner.busy:
+                    return at + len(raw) + 1, at_line + 1
+        lineno += lines_here
+        a = b
+    return a, lineno
+
+
+def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lineno: int):
+    """Feed only the lines of buf[pos:] that can change the verdict while serving; stop where the
+    phase changes.
+
+    Chunks whose newline count equals their access-marker count are all access lines and are
+    skipped after two C-speed counts. A chunk whose other lines are all repetitive ones —
+    preemption warnings, stats lines, admission lines, warnings learned as noise (repeats.py),
+    told apart by more counts — is handled without a Python look at each line (see _repeat_chunk). Any other chunk is halved
+    until the pieces are small (see _odd_lines) and its odd lines are read one by one. (A line
+    holding two markers could hide one line of its chunk; uvicorn writes the request line once.)
+    Returns (position, line number) to resume at.
+    """
+    a = pos
+    count, find = buf.count, buf.find
+    while a < end:
+        b = find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
+        lines_here = count(b"\n", a, b)
+        known = count(ACCESS_MARK, a, b)
+        if lines_here != known:
+            pre, stats = count(PREEMPT_MARK, a, b), count(STATS_MARK, a, b)
+            rest = lines_here - known - pre - stats
+            for marker in scanner.noise.markers:
+                if rest <= 0:
+                    break
+                rest -= count(marker, a, b)
+            if rest == 0 or (scanner.admissions and rest == count(ADMISSION_MARK, a, b)):
+                yield from _repeat_chunk(scanner, buf, a, b, lineno, pre, stats)
+            else:
+                for at, at_line, raw in _odd_lines(buf, a, b, lineno, lines_here):
+                    if PREEMPT_MARK in raw:
+                        yield from scanner.preemption(at_line, raw)
+                    elif STATS_MARK in raw:
+                        scanner.hold_stats(at_line, raw)
+                    elif ADMISSION_MARK in raw and scanner.admitted() or raw in scanner.noise or \
+                            (not scanner.tracebacks and is_request_log(raw)):
+                        continue
+                    else:
+                        made = False
+                        for record in scanner.feed(at_line, raw.decode("utf-8", errors="replace")):
+                            made = True
+                            yield record
+                        if not made and scanner.phase is Phase.SERVING and not scanner.busy:
+                            scanner.noise.learn(raw)
+                    if scanner.phase is not Phase.SERVING or scanner.busy:
+                        return at + len(raw) + 1, at_line + 1          # resume just after this line
         lineno += lines_here
         a = b
     return end, lineno
+
+
+def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno: int, pre: int, stats: int):
+    """buf[a:b] holds access, admission, preemption and stats lines only. The preemption warnings
+    of the open time bucket are counted, found by bisecting on their times (a log's times only go
+    forward); the first of a new bucket is read in full; stats lines are held raw, in order."""
+    find, rfind, nl = buf.find, buf.rfind, b"\n"
+    buckets = scanner.preempts
+    if pre:                                  # the usual case: every warning in the open bucket
+        first, last = find(PREEMPT_MARK, a, b), rfind(PREEMPT_MARK, a, b)
+        first_start, last_start = rfind(nl, a, first) + 1 or a, rfind(nl, a, last) + 1 or a
+        key = buckets.key(buf[first_start:first_start + 64])
+        if buckets.fits(key) and buckets.key(buf[last_start:last_start + 64]) == key:
+            buckets.add(lineno + buf.count(nl, a, last_start), buf[last_start:find(nl, last, b)], pre)
+            pre = 0
+    lines = _LineCounter(buf, a, lineno)
+    stats_at = _positions(buf, STATS_MARK, a, b, stats)
+    s = 0                                    # the next stats line to hold
+    marks = _positions(buf, PREEMPT_MARK, a, b, pre)
+    i = 0
+    while i < len(marks):
+        start = rfind(nl, a, marks[i]) + 1 or a
+        if buckets.fits(buckets.key(buf[start:start + 64])):
+            lo, hi = i, len(marks) - 1          # the last warning still in the open bucket
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                mid_start = rfind(nl, a, marks[mid]) + 1 or a
+                if buckets.fits(buckets.key(buf[mid_start:mid_start + 64])):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            last_start = rfind(nl, a, marks[lo]) + 1 or a
+            while s < len(stats_at) and stats_at[s] < last_start:
+                s = _hold(scanner, buf, a, b, stats_at, s, lines)
+            buckets.add(lines.at(last_start), buf[last_start:find(nl, marks[lo], b)], lo - i + 1)
+            i = lo + 1
+            continue
+        while s < len(stats_at) and stats_at[s] < start:
+            s = _hold(scanner, buf, a, b, stats_at, s, lines)
+        yield from scanner.preemption(lines.at(start), buf[start:find(nl, marks[i], b)])
+        i += 1
+    while s < len(stats_at):
+        s = _hold(scanner, buf, a, b, stats_at, s, lines)
+
+
+class _LineCounter:
+    """Line numbers of positions met in increasing order, counting each stretch once."""
+
+    def __init__(self, buf: bytearray, start: int, lineno: int):
+        self.buf, self.pos, self.lineno = buf, start, lineno
+
+    def at(self, pos: int) -> int:
+        self.lineno += self.buf.count(b"\n", self.pos, pos)
+        self.pos = pos
+        return self.lineno
+
+
+def _positions(buf: bytearray, mark: bytes, a: int, b: int, n: int) -> list[int]:
+    out, at = [], a
+    for _ in range(n):
+        at = buf.find(mark, at, b)
+        out.append(at)
+        at += len(mark)
+    return out
+
+
+def _hold(scanner: "LogScanner", buf: bytearray, a: int, b: int, stats_at: list[int], s: int,
+          lines: _LineCounter) -> int:
+    at = stats_at[s]
+    start = buf.rfind(b"\n", a, at) + 1 or a
+    scanner.hold_stats(lines.at(start), buf[start:buf.find(b"\n", at, b)])
+    return s + 1
 
 
 LEAF = 1024

@@ -114,8 +114,13 @@ def from_evidence(evidence: EvidenceSet) -> FromEvidence:
         if kind in _DIRECT:
             tkind, category = _DIRECT[kind]
             key = "" if tkind in _KEYED_BY_KIND else _norm(rec.text)
+            # A bucket of repeated warnings (evidence/repeats.py) counts every line it stands for and
+            # ends at its last line.
+            repeats = rec.fields.get("repeats")
             out.append(Raw(when, tkind, category, _one_line(rec.text), where(rec.source, rec.line), rec.source,
-                           node, key, _order(rec)))
+                           node, key, _order(rec), until=rec.fields.get("until") if repeats else None,
+                           extra_sources=(where(rec.source, rec.fields.get("last_line")),) if repeats else (),
+                           weight=int(repeats or 1)))
         elif kind == Kind.POD_STATUS.value:
             out.extend(_pod(rec, when, node, problems))
         elif kind == Kind.ALERT.value:

@@ -42,7 +42,7 @@ def merge(raws: list[Raw]) -> list[Event]:
         "time": [r.time for r in raws], "kind": [r.kind for r in raws],
         "category": [r.category for r in raws], "text": [r.text for r in raws], "file": [r.file for r in raws],
         "node": [r.node or "" for r in raws], "key": [r.key for r in raws], "order": [r.order for r in raws],
-        "until": [r.until for r in raws],
+        "until": [r.until for r in raws], "weight": [r.weight for r in raws],
         "sources": [(r.source, *r.extra_sources) if r.extra_sources else (r.source,) for r in raws],
     })
     df["time"] = pd.to_datetime(df["time"], utc=True)
@@ -54,7 +54,7 @@ def merge(raws: list[Raw]) -> list[Event]:
     occ = (df.groupby(ident + ["file", "second"], sort=False, dropna=False)
              .agg(time=("time", "min"), order=("order", "min"), category=("category", "first"),
                   text=("text", "first"), until=("until", "max"), sources=("sources", _concat),
-                  lines=("order", "size"))
+                  lines=("weight", "sum"))
              .reset_index()
              .sort_values(["time", "order"], kind="stable"))
     # Pass 2: across files within the window.

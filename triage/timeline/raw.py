@@ -21,6 +21,7 @@ class Raw:
     order: int = 0                  # appearance order, the tie-break between equal times
     until: datetime | None = None   # end of a span (a recovery step's end record)
     extra_sources: tuple[str, ...] = ()   # more lines of the same record (a step's end record)
+    weight: int = 1                 # lines it stands for (a bucket of preemption warnings read as one record)
 
 
 def where(source: str, line: int | None) -> str:

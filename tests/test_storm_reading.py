@@ -1,0 +1,166 @@
+"""Record-dense logs read in bounded memory: a preemption storm's warnings are counted per minute
+(exactly, citing real lines), stats lines are held raw until kept, and every access-line shape —
+probes and scrapes before the first request, HTTP/1.0, a proxy's format — takes the fast path."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from triage.api import classify_paths
+from triage.evidence import load_evidence
+from triage.evidence.kinds import Kind
+
+from tests.conftest import sample
+
+START = (sample("burst-long-prompts-v0") / "logs" / "vllm.log").read_text().splitlines()
+HEAD = [line for line in START[:60] if "HTTP/1.1" not in line][:40]
+CRASH = START[1040:]
+PREEMPT = ("WARNING 11-06 {t} scheduler.py:1484] Sequence group chat-{i:032x} is preempted by PreemptionMode."
+           "RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. "
+           "Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+           "total_num_cumulative_preemption={n}")
+STATS = ("INFO 11-06 {t} metrics.py:349] Avg prompt throughput: 812.4 tokens/s, Avg generation throughput: 301.2 "
+         "tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {w} reqs, GPU KV cache usage: {kv:.1f}%, CPU KV "
+         "cache usage: 0.0%.")
+ACCESS = 'INFO:     10.42.{a}.{b}:{p} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+
+
+def storm(path: Path, lines: int, per_second: int, seed: int = 7) -> dict:
+    """A V0 storm: ~89% access lines, ~5% preemption warnings, ~1% stats, admission lines, then
+    the sample's crash. Returns the truth: preemption lines (numbers) and stats lines."""
+    rnd = random.Random(seed)
+    out = list(HEAD)
+    preempt_lines, stats_lines, n = [], [], 0
+    for i in range(lines):
+        sec = 300 + i // per_second                          # from 10:05:00, `per_second` lines a second
+        t = f"{10 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        r = rnd.random()
+        if r < 0.05:
+            n += 1
+            out.append(PREEMPT.format(t=t, i=rnd.getrandbits(64), n=n))
+            preempt_lines.append(len(out))
+        elif r < 0.06:
+            out.append(STATS.format(t=t, r=rnd.randrange(20, 40), w=rnd.randrange(50, 90), kv=95 + rnd.random() * 4))
+            stats_lines.append(len(out))
+        elif r < 0.08:
+            out.append(f"INFO 11-06 {t} engine.py:288] Added request chat-{rnd.getrandbits(64):016x}.")
+        else:
+            out.append(ACCESS.format(a=rnd.randrange(250), b=rnd.randrange(250), p=rnd.randrange(30000, 60000)))
+    out += CRASH
+    path.write_text("\n".join(out) + "\n")
+    # The sample's own start-up and crash lines count too.
+    preempt_lines = [i for i, line in enumerate(out, 1) if "is preempted by" in line]
+    stats_lines = [i for i, line in enumerate(out, 1) if "Avg prompt throughput" in line]
+    return {"preempt": preempt_lines, "stats": stats_lines, "lines": out}
+
+
+def test_a_storm_is_counted_exactly_per_minute_and_cites_real_lines(tmp_path):
+    truth = storm(tmp_path / "vllm.log", 60_000, 200)
+    ev = load_evidence([str(tmp_path / "vllm.log")])
+    heads = ev.of(Kind.PREEMPTION)
+    # Every warning is counted once: the heads plus what each stands for.
+    assert sum(int(h.fields.get("repeats", 1)) for h in heads) == len(truth["preempt"])
+    # One record a minute (the storm spans five), not one a warning.
+    assert len(heads) <= 8 < len(truth["preempt"])
+    for h in heads:
+        assert h.line in truth["preempt"] and "is preempted by" in truth["lines"][h.line - 1]
+        if "last_line" in h.fields:
+            assert h.fields["last_line"] in truth["preempt"] and h.fields["last_line"] >= h.line
+            assert h.fields["until"] >= h.time
+    verdict, _ = classify_paths([str(tmp_path / "vllm.log")])
+    assert verdict.oom_class.value == "burst"
+    assert any("preempted" in n for n in [verdict.summary])
+
+
+def test_records_do_not_grow_with_the_number_of_warnings(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    storm(tmp_path / "a" / "vllm.log", 20_000, 100)
+    storm(tmp_path / "b" / "vllm.log", 80_000, 400)          # four times the lines over the same minutes
+    small = load_evidence([str(tmp_path / "a" / "vllm.log")])
+    big = load_evidence([str(tmp_path / "b" / "vllm.log")])
+    assert len(big.of(Kind.PREEMPTION)) == len(small.of(Kind.PREEMPTION))
+    # Stats lines: the window keeps at most its recent and history lines, whatever the count.
+    assert len(big.of(Kind.STATS)) <= 256 + 1024 + 2
+
+
+def test_stats_lines_held_raw_are_the_real_lines_in_order(tmp_path):
+    truth = storm(tmp_path / "vllm.log", 30_000, 100)
+    ev = load_evidence([str(tmp_path / "vllm.log")])
+    stats = ev.of(Kind.STATS)
+    assert stats and all(s.line in truth["stats"] for s in stats)
+    # The last 256 before the failure are kept whole, in file order and sequence order alike.
+    recent = [s for s in stats if s.line >= truth["stats"][-256]]
+    assert [s.line for s in recent] == truth["stats"][-256:]
+    assert [s.seq for s in sorted(stats, key=lambda s: s.line)] == sorted(s.seq for s in stats)
+
+
+def test_the_timeline_counts_every_warning_of_the_storm(tmp_path):
+    from triage.timeline.build import build_timeline
+
+    (tmp_path / "logs").mkdir()
+    truth = storm(tmp_path / "logs" / "vllm.log", 40_000, 200)
+    (tmp_path / "incident.yaml").write_text('id: s\ncreated: "2026-11-06T12:00:00Z"\ntimezone: UTC\n')
+    timeline = build_timeline(tmp_path)
+    rows = [e for e in timeline.events if e.kind == "preemption"]
+    assert sum(e.count for e in rows) == len(truth["preempt"])
+
+
+IDLE = ("INFO 11-06 {t} metrics.py:349] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 "
+        "tokens/s, Running: 0 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: "
+        "0.0%.")
+PROBES = ['INFO:     10.0.0.5:4242 - "GET /health HTTP/1.1" 200 OK',
+          'INFO:     10.0.0.9:5151 - "GET /metrics HTTP/1.1" 200 OK',
+          '10.0.0.7 - - [06/Nov/2026:10:05:00 +0000] "GET /health HTTP/1.0" 200 2 "-" "kube-probe/1.29"',
+          'INFO:     10.0.0.5:4243 - "HEAD / HTTP/1.1" 200 OK']
+
+
+@pytest.mark.parametrize("serving", [False, True], ids=["probes-only", "then-a-request"])
+def test_probe_and_scrape_lines_before_the_first_request_are_skipped_not_lost(tmp_path, serving):
+    up = [line for line in HEAD if "throughput" not in line]     # started, nothing served yet
+    lines = list(up)
+    for i in range(20_000):
+        lines.append(PROBES[i % len(PROBES)])
+        if i % 500 == 0:
+            lines.append(IDLE.format(t=f"10:{5 + i // 5000:02d}:00"))
+    if serving:
+        lines.append(ACCESS.format(a=1, b=2, p=3))
+        lines += CRASH
+    (tmp_path / "vllm.log").write_text("\n".join(lines) + "\n")
+    ev = load_evidence([str(tmp_path / "vllm.log")])
+    served = [e for e in ev.of(Kind.REQUEST_SERVED)]
+    if serving:
+        # The first POST is the one access line kept: it shows the server serving.
+        assert len(served) == 1 and served[0].line == len(up) + 20_000 + 40 + 1
+        verdict, _ = classify_paths([str(tmp_path / "vllm.log")])
+        assert verdict.oom_class.value in ("burst", "unknown", "prefix_cache")
+        assert int(verdict.facts["failure"]["at"].rsplit(":", 1)[1]) > served[0].line
+    else:
+        assert served == []
+        verdict, _ = classify_paths([str(tmp_path / "vllm.log")])
+        assert verdict.oom_class.value == "no_oom"
+
+
+def test_repeated_warnings_are_learned_as_noise_but_a_failure_among_them_is_read(tmp_path):
+    """A warning that made no record is counted away at C speed afterwards; an error line between
+    thousands of them is still read (it never matches a learned marker)."""
+    lines = list(HEAD)
+    for i in range(30_000):
+        lines.append(ACCESS.format(a=i % 250, b=7, p=40000 + i % 9000))
+        if i % 10 == 0:
+            lines.append(f"WARNING 11-06 10:{10 + i // 6000:02d}:00 protocol.py:58] The following fields were "
+                         "present in the request but ignored: {'user'}")
+        if i % 17 == 0:
+            lines.append(f"WARNING 11-06 10:{10 + i // 6000:02d}:00 scheduler.py:1147] Input prompt ({32769 + i} "
+                         "tokens) is too long and exceeds limit of 32768")
+        if i == 20_000:
+            lines.append("ERROR 11-06 10:13:20 engine.py:135] RuntimeError: CUDA error: an illegal memory access "
+                         "was encountered")
+            marker = len(lines)
+    (tmp_path / "vllm.log").write_text("\n".join(lines) + "\n")
+    ev = load_evidence([str(tmp_path / "vllm.log")])
+    assert any(e.line == marker and e.kind == Kind.ILLEGAL_MEMORY_ACCESS.value for e in ev.items)
+    verdict, _ = classify_paths([str(tmp_path / "vllm.log")])
+    assert verdict.oom_class.value == "not_gpu_oom"
