@@ -590,7 +590,7 @@ ACCESS_MARK = b' HTTP/'
 # A request that shows the server serving: a POST (completions, chat, embeddings). Probes and
 # scrapes (GET /health, GET /metrics, HEAD /) before it change nothing.
 SERVING_REQUEST = b'"POST '
-CHUNK = 32 * 1024
+CHUNK = 64 * 1024
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
@@ -654,19 +654,27 @@ def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lin
     """
     a = pos
     count, find = buf.count, buf.find
+    storm = False                  # the last chunk held other lines: find stats lines first (below)
     while a < end:
         b = find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
-        lines_here = count(b"\n", a, b)
+        if storm:
+            # Counting the chunk's lines piece by piece between its stats lines numbers them too.
+            stats_at, stats_lines, lines_here = _numbered(buf, STATS_MARK, a, b, lineno)
+        else:
+            stats_at, stats_lines, lines_here = None, None, count(b"\n", a, b)
         known = count(ACCESS_MARK, a, b)
-        if lines_here != known:
-            pre, stats = count(PREEMPT_MARK, a, b), count(STATS_MARK, a, b)
+        storm = lines_here != known
+        if storm:
+            if stats_at is None:
+                stats_at, stats_lines, _ = _numbered(buf, STATS_MARK, a, b, lineno)
+            pre, stats = count(PREEMPT_MARK, a, b), len(stats_at)
             rest = lines_here - known - pre - stats
             for marker in scanner.noise.markers:
                 if rest <= 0:
                     break
                 rest -= count(marker, a, b)
             if rest == 0 or (scanner.admissions and rest == count(ADMISSION_MARK, a, b)):
-                yield from _repeat_chunk(scanner, buf, a, b, lineno, pre, stats)
+                yield from _repeat_chunk(scanner, buf, a, b, lineno, lines_here, pre, stats_at, stats_lines)
             else:
                 for at, at_line, raw in _odd_lines(buf, a, b, lineno, lines_here):
                     if PREEMPT_MARK in raw:
@@ -690,10 +698,12 @@ def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lin
     return end, lineno
 
 
-def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno: int, pre: int, stats: int):
-    """buf[a:b] holds access, admission, preemption and stats lines only. The preemption warnings
-    of the open time bucket are counted, found by bisecting on their times (a log's times only go
-    forward); the first of a new bucket is read in full; stats lines are held raw, in order."""
+def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno: int, lines_here: int, pre: int,
+                  stats_at: list[int], stats_lines: list[int]):
+    """buf[a:b] holds access, admission, preemption and stats lines only (the stats lines found and
+    numbered already). The preemption warnings of the open time bucket are counted, found by
+    bisecting on their times (a log's times only go forward); the first of a new bucket is read in
+    full; stats lines are held raw, in order with them."""
     find, rfind, nl = buf.find, buf.rfind, b"\n"
     buckets = scanner.preempts
     if pre:                                  # the usual case: every warning in the open bucket
@@ -701,10 +711,10 @@ def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno:
         first_start, last_start = rfind(nl, a, first) + 1 or a, rfind(nl, a, last) + 1 or a
         key = buckets.key(buf[first_start:first_start + 64])
         if buckets.fits(key) and buckets.key(buf[last_start:last_start + 64]) == key:
-            buckets.add(lineno + buf.count(nl, a, last_start), buf[last_start:find(nl, last, b)], pre)
+            # Its line number counted back from the chunk's end: the tail is short, the head is not.
+            buckets.add(lineno + lines_here - buf.count(nl, last_start, b), buf[last_start:find(nl, last, b)], pre)
             pre = 0
     lines = _LineCounter(buf, a, lineno)
-    stats_at = _positions(buf, STATS_MARK, a, b, stats)
     s = 0                                    # the next stats line to hold
     marks = _positions(buf, PREEMPT_MARK, a, b, pre)
     i = 0
@@ -720,17 +730,44 @@ def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno:
                 else:
                     hi = mid - 1
             last_start = rfind(nl, a, marks[lo]) + 1 or a
-            while s < len(stats_at) and stats_at[s] < last_start:
-                s = _hold(scanner, buf, a, b, stats_at, s, lines)
+            s = _hold(scanner, buf, stats_at, stats_lines, s, last_start, b)
             buckets.add(lines.at(last_start), buf[last_start:find(nl, marks[lo], b)], lo - i + 1)
             i = lo + 1
             continue
-        while s < len(stats_at) and stats_at[s] < start:
-            s = _hold(scanner, buf, a, b, stats_at, s, lines)
+        s = _hold(scanner, buf, stats_at, stats_lines, s, start, b)
         yield from scanner.preemption(lines.at(start), buf[start:find(nl, marks[i], b)])
         i += 1
-    while s < len(stats_at):
-        s = _hold(scanner, buf, a, b, stats_at, s, lines)
+    _hold(scanner, buf, stats_at, stats_lines, s, b, b)
+
+
+def _numbered(buf: bytearray, mark: bytes, a: int, b: int, lineno: int) -> tuple[list[int], list[int], int]:
+    """The starts of the lines of buf[a:b] holding `mark`, their line numbers, and the number of
+    lines in buf[a:b]: the newlines are counted once, piece by piece between those lines."""
+    find, rfind, count = buf.find, buf.rfind, buf.count
+    starts, numbers = [], []
+    pos, line = a, lineno
+    at = find(mark, a, b)
+    while at >= 0:
+        start = rfind(b"\n", a, at) + 1 or a
+        line += count(b"\n", pos, start)
+        pos = start
+        starts.append(start)
+        numbers.append(line)
+        at = find(mark, at + len(mark), b)
+    return starts, numbers, line - lineno + count(b"\n", pos, b)
+
+
+def _hold(scanner: "LogScanner", buf: bytearray, starts: list[int], numbers: list[int], s: int, before: int,
+          b: int) -> int:
+    """Hold the stats lines starts[s:] that begin before `before`, raw; the index of the next."""
+    hold, seq, find = scanner.stats.hold, scanner.ctx.next_seq, buf.find
+    n = s
+    while n < len(starts) and starts[n] < before:
+        start = starts[n]
+        hold((numbers[n], bytes(buf[start:find(b"\n", start, b)]), seq()))
+        n += 1
+    scanner.records += n - s
+    return n
 
 
 class _LineCounter:
@@ -752,14 +789,6 @@ def _positions(buf: bytearray, mark: bytes, a: int, b: int, n: int) -> list[int]
         out.append(at)
         at += len(mark)
     return out
-
-
-def _hold(scanner: "LogScanner", buf: bytearray, a: int, b: int, stats_at: list[int], s: int,
-          lines: _LineCounter) -> int:
-    at = stats_at[s]
-    start = buf.rfind(b"\n", a, at) + 1 or a
-    scanner.hold_stats(lines.at(start), buf[start:buf.find(b"\n", at, b)])
-    return s + 1
 
 
 LEAF = 1024
