@@ -141,8 +141,13 @@ def _source_literals() -> Iterator[tuple[str, str]]:
 
 
 def _compiles(text: str) -> re.Pattern[str] | None:
+    import warnings
+
     try:
-        parsed = sre_p.parse(text)
+        with warnings.catch_warnings():
+            # Any string literal is tried: one such as "[[...]]" is no regex, and the parser says so.
+            warnings.simplefilter("ignore", FutureWarning)
+            parsed = sre_p.parse(text)
     except (re.error, RecursionError, OverflowError, ValueError):
         return None
     return re.compile(text) if _repeats(parsed) else None
