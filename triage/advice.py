@@ -435,6 +435,12 @@ def is_launch_change(rec: Recommendation, engine: str) -> bool:
     return rec.env or rec.setting in _FLAGS.get(engine, _FLAGS["vllm"])
 
 
+def launch_changes(verdict: Verdict) -> list[Recommendation]:
+    """The verdict's recommendations a relaunch makes, for the engine the verdict names."""
+    engine = str(verdict.facts.get("engine_name") or verdict.facts.get("engine") or "vllm")
+    return [r for r in verdict.recommendations if is_launch_change(r, engine)]
+
+
 def apply_changes(argv: list[str], recs: list[Recommendation], engine: str = "vllm", version: str | None = None,
                   engine_mode: str | None = None) -> tuple[list[str], dict[str, str]]:
     """`argv` with the recommended flags set (nothing else touched), and the environment to add.

@@ -154,11 +154,10 @@ def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = F
 
 def _launch_notes(out: Console, verdict) -> None:
     """Where the command came from, and every argument it could not carry as logged."""
-    from .advice import is_launch_change
+    from .advice import launch_changes
 
     launch = verdict.facts.get("launch") or {}
-    engine = str(verdict.facts.get("engine_name") or verdict.facts.get("engine") or "vllm")
-    changed = any(is_launch_change(r, engine) for r in verdict.recommendations)
+    changed = bool(launch_changes(verdict))
     if launch.get("source"):
         how = "only the changes above differ" if changed else "unchanged (the changes above are by hand)"
         hang(out, Text(f"every launch argument of {launch['source']} kept; {how}", style="dim"), 4, first="  ")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .evidence.kinds import Kind
+from .flowchart.knowledge import version_tuple
 from .model import Evidence
 
 DATA = Path(__file__).resolve().parent / "data" / "launch_flags.yaml"
@@ -57,8 +58,6 @@ class EngineFlags:
 
     def defaults_for(self, version: str | None) -> list[dict[str, Any]]:
         """The default tables that may apply: the one of `version`, or every one when it is unknown."""
-        from .flowchart.knowledge import version_tuple
-
         if version is None:
             return [self.defaults] + [{**self.defaults, **over} for _, over in self.defaults_since]
         merged = dict(self.defaults)
@@ -111,10 +110,8 @@ class LaunchDataError(ValueError):
     """launch_flags.yaml has an entry that would silently write a wrong flag."""
 
 
-@lru_cache(maxsize=None)
 def engine_flags(engine: str, path: Path = DATA) -> EngineFlags | None:
-    table = _load(path).get(engine)
-    return table
+    return _load(path).get(engine)
 
 
 COMPILED = DATA.with_suffix(".compiled.json")
@@ -232,8 +229,6 @@ def from_config(args: dict[str, Any], table: EngineFlags) -> dict[str, Any]:
 
 def _build(args: dict[str, Any], table: EngineFlags, engine: str, version: str | None, engine_mode: str | None,
            source: str, full_dump: bool, entrypoint: str = "serve") -> RebuiltLaunch | None:
-    from .flowchart.knowledge import version_tuple
-
     model = _model(args, engine)
     if not model:
         return None
@@ -254,8 +249,6 @@ def _build(args: dict[str, Any], table: EngineFlags, engine: str, version: str |
             out.dropped.append(Dropped(name, spec.why or "not writable"))
             continue
         flag = "--" + name.replace("_", "-")
-        if engine == "tgi" and name == "model_id":
-            continue
         if spec is not None and spec.secret and _masked(value):
             out.missing.append(MissingSecret(name, flag, spec.env))
             argv += [flag, PLACEHOLDER.format(name=name)]
@@ -327,7 +320,7 @@ def _words(flag: str, value: Any, spec: FlagSpec | None, ver: tuple[int, ...] | 
             if kind == "store_true" and not (spec is None and not full_dump):
                 return [], None      # the default of a store_true flag: nothing to write
             # False in `non-default args` means its default is True: BooleanOptionalAction.
-            if spec is not None and spec.since and ver is not None and ver < _tuple(spec.since):
+            if spec is not None and spec.since and ver is not None and ver < version_tuple(spec.since):
                 return [], f"false, and this version has no {_no(flag)} form"
             return [_no(flag)], None
         return [], f"logged as {value!r}, not a true/false value"
@@ -337,7 +330,7 @@ def _words(flag: str, value: Any, spec: FlagSpec | None, ver: tuple[int, ...] | 
         items = value if isinstance(value, (list, tuple)) else [value]
         return [flag, *(str(v) for v in items)], None
     if kind == "json" or isinstance(value, (dict, list, tuple)):
-        if spec and spec.kv_list_before and ver is not None and ver < _tuple(spec.kv_list_before) \
+        if spec and spec.kv_list_before and ver is not None and ver < version_tuple(spec.kv_list_before) \
                 and isinstance(value, dict):
             return [flag, ",".join(f"{k}={v}" for k, v in value.items())], None
         try:
@@ -359,12 +352,6 @@ def _guess_kind(value: Any) -> str:
 
 def _no(flag: str) -> str:
     return "--no-" + flag[2:]
-
-
-def _tuple(text: str) -> tuple[int, ...]:
-    from .flowchart.knowledge import version_tuple
-
-    return version_tuple(text)
 
 
 def _fmt(value: Any) -> str:
@@ -393,7 +380,3 @@ def _masked_in_argv(argv: list[str], engine: str) -> list[MissingSecret]:
         if _masked(value):
             out.append(MissingSecret(name.replace("-", "_"), "--" + name, spec.env))
     return out
-
-
-def has_placeholder(argv: Iterable[str]) -> bool:
-    return any(str(a).startswith("<") and str(a).endswith(": not in the evidence>") for a in argv)

@@ -760,14 +760,10 @@ def _numbered(buf: bytearray, mark: bytes, a: int, b: int, lineno: int) -> tuple
 def _hold(scanner: "LogScanner", buf: bytearray, starts: list[int], numbers: list[int], s: int, before: int,
           b: int) -> int:
     """Hold the stats lines starts[s:] that begin before `before`, raw; the index of the next."""
-    hold, seq, find = scanner.stats.hold, scanner.ctx.next_seq, buf.find
-    n = s
-    while n < len(starts) and starts[n] < before:
-        start = starts[n]
-        hold((numbers[n], bytes(buf[start:find(b"\n", start, b)]), seq()))
-        n += 1
-    scanner.records += n - s
-    return n
+    while s < len(starts) and starts[s] < before:
+        scanner.hold_stats(numbers[s], buf[starts[s]:buf.find(b"\n", starts[s], b)])
+        s += 1
+    return s
 
 
 class _LineCounter:

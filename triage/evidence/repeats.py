@@ -66,7 +66,6 @@ class PreemptionBuckets:
         self.parse_time = parse_time
         self.open: _Bucket | None = None
         self.heads = 0
-        self.total = 0
 
     @property
     def level(self) -> int:
@@ -85,12 +84,10 @@ class PreemptionBuckets:
         self.open.count += n
         self.open.last_line = lineno
         self.open.last_raw = bytes(raw)
-        self.total += n
 
     def start(self, key: bytes | None, head: Evidence | None, lineno: int, raw: bytes | bytearray) -> None:
         """A new bucket whose first warning is `head` (already emitted as a record)."""
         self.close()
-        self.total += 1
         if key is None:
             return                   # a warning with no time: its own record, no bucket
         self.open = _Bucket(key, head, 1, lineno, bytes(raw))

@@ -43,7 +43,9 @@ def launch_recs(verdict: Verdict | None) -> list[Recommendation]:
     """The changes a relaunch makes (not the steps for a person)."""
     if verdict is None:
         return []
-    return [r for r in verdict.recommendations if r.to_value is not None and not r.manual]
+    from ..advice import launch_changes
+
+    return launch_changes(verdict)
 
 
 def _rec(verdict: Verdict | None, setting: str, launch: bool = True) -> Recommendation | None:

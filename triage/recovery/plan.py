@@ -68,14 +68,13 @@ def build_plan(verdict: Verdict, runbook: Runbook, prepared: "Prepared",
     line with the verdict's changes, every detail of every step."""
     runbook = render_runbook(runbook, verdict)          # the verdict's values in every step text
     plan = Plan(runbook=runbook, verdict=verdict, driver=driver, deployment=deployment)
-    from ..advice import is_launch_change
+    from ..advice import launch_changes
 
-    engine = str(verdict.facts.get("engine_name") or verdict.facts.get("engine") or "vllm")
-    launch_changes = [r for r in verdict.recommendations if is_launch_change(r, engine)]
-    plan.diff = [(r.setting, r.from_value, r.to_value) for r in launch_changes]
+    relaunch = launch_changes(verdict)
+    plan.diff = [(r.setting, r.from_value, r.to_value) for r in relaunch]
     # An upgrade or a restart schedule: a restart cannot make it; listed for a person to do.
     plan.manual = [(r.setting, r.from_value, r.to_value, r.why) for r in verdict.recommendations
-                   if r.to_value is not None and r not in launch_changes]
+                   if r.to_value is not None and r not in relaunch]
     plan.server_url = prepared.url
     ident = prepared.identification
     plan.pids = [PidCandidate(p.info.pid, p.role, p.why, "confirmed") for p in ident.processes]
