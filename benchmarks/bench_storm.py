@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """classify / timeline / postmortem on a big log, against a multi-pattern grep, in one run.
 
-    python benchmarks/bench_storm.py [--shape storm|probes|v1] [--size 600M] [--seed 0]
+    python benchmarks/bench_storm.py [--shape storm|probes|dead|v1] [--size 600M] [--seed 0]
                                      [--runs 3] [--keep] [--json] [--no-fail]
 
 The log is benchmarks/out/<shape>-<SIZE>-seed<N>.log (v1: vllm-<SIZE>-seed<N>.log, the file
@@ -17,12 +17,12 @@ is the log's last time. The page cache is warmed by one full read, then N rounds
     triage postmortem BUNDLE -o TMP/postmortem.md
 
 keeping each command's best wall time and its highest peak RSS (the child's own, from wait4).
-The first grep is the command as the issue wrote it, shown for information only: GNU grep sees
+The first grep is that command written to /dev/null, shown for information only: GNU grep sees
 that its stdout is /dev/null and stops at its first match (line 2 here, `gpu_memory_utilization`
 or `non-default args`), so it times nothing. The baseline of the ratios is the second, the same
 grep writing all its numbered matching lines into a pipe that this script drains.
-Each run is checked, not just timed: the verdict class must be the shape's (storm, v1: burst;
-probes: no_oom), the timeline must hold the OOM (storm, v1) or no failure (probes) and count
+Each run is checked, not just timed: the verdict class must be the shape's (storm, dead, v1:
+burst; probes: no_oom), the timeline must hold the OOM (storm, dead, v1) or no failure (probes) and count
 as many preemption warnings as `grep -c 'is preempted by'` finds, and the postmortem must name
 the verdict.
 
@@ -65,7 +65,7 @@ from bench_throughput import warm_page_cache
 OUT_DIR = REPO / "benchmarks" / "out"
 SIZE_TOLERANCE = 0.01
 # shape -> (expected verdict class, the year the generator's year-less times belong to)
-SHAPES = {"storm": ("burst", gen_storm.YEAR), "probes": ("no_oom", gen_storm.YEAR),
+SHAPES = {"storm": ("burst", gen_storm.YEAR), "probes": ("no_oom", gen_storm.YEAR), "dead": ("burst", gen_storm.YEAR),
           "v1": ("burst", gen_log.START.year)}
 GREP_PATTERNS = [" ERROR ", " WARNING ", "throughput", "KV cache", "rror", "emory", "Traceback", "Killed",
                  "Xid", "non-default", "startup"]
@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="classify / timeline / postmortem against grep on a big log.")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="storm",
                     help="storm (V0 preemption storm, default), probes (V0, /metrics and /health only), "
+                         "dead (V0, every request after the crash failing with a traceback), "
                          "v1 (gen_log.py's 0.11 log)")
     ap.add_argument("--size", default="600M", help="log size, e.g. 100M, 1G (default 600M)")
     ap.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")

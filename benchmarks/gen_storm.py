@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Write big, deterministic V0 vLLM logs of two shapes for the benchmarks: a storm and probes.
+"""Write big, deterministic V0 vLLM logs of three shapes for the benchmarks: a storm, probes, a dead engine.
 
     python benchmarks/gen_storm.py OUT --shape storm  --size 600M [--seed N] [--no-cr]
     python benchmarks/gen_storm.py OUT --shape probes --size 1G   [--seed N] [--no-cr]
+    python benchmarks/gen_storm.py OUT --shape dead   --size 600M [--seed N] [--no-cr]
 
 Both imitate vLLM 0.6.3.post1 (V0 engine, Llama-3.1-8B on one 80 GB GPU, no process prefixes,
 no ANSI colour) and start with the start-up block of samples/burst-long-prompts-v0 (`vLLM API
@@ -18,13 +19,19 @@ storm: a preemption storm, by lines about 89 % uvicorn access lines (`POST /v1/c
   throughput up, Pending over 80) and the runtime torch OOM of that sample: `Engine background
   task failed` with the chained traceback, printed again by the interpreter, then
   AsyncEngineDeadError, 500s, `AsyncLLMEngine has failed` and the shutdown. Verdict: burst.
-  (`scheduler.py:1560` and `metrics.py:351` are the issue's; 0.6.3.post1 has 1484 and 349.)
+  (`scheduler.py:1560` and `metrics.py:351` as in a field report; 0.6.3.post1 has 1484 and 349.)
 
 probes: an idle server watched by Prometheus and kubelets: after the start-up, two minutes of
   light traffic (POSTs and stats lines), then only `GET /metrics` / `GET /health` access
   lines (HTTP/1.1 and HTTP/1.0 checks, uvicorn behind a proxy (`ip:0`) and on a unix socket
   (no client), and a few nginx- and envoy-style proxy lines), with a short burst of traffic
   and a stats line every 1/16 of the file. No failure. Verdict: no_oom.
+
+dead: a dead engine that keeps its HTTP server up: 2 % of the budget of storm, the runtime OOM,
+  then every later request answered 500 with uvicorn's `Exception in ASGI application` and a
+  traceback of its own ending in `AsyncEngineDeadError: Background loop has errored already.`
+  (V0's add_request on a dead background loop), ~40 a second of log time, with the probes and
+  scrapes still coming; the termination lines at the end. Verdict: burst (the crash decides).
 
 Output depends only on (shape, size, seed, --no-cr). Memory stays flat: lines are built one
 log second at a time and written in ~4 MiB blocks, into OUT.part, renamed to OUT at the end.
@@ -46,7 +53,7 @@ from pathlib import Path
 import gen_log
 from gen_log import FLUSH_BYTES, Frame, parse_size, traceback_lines
 
-SHAPES = ("storm", "probes")
+SHAPES = ("storm", "probes", "dead")
 START = datetime(2024, 10, 14, 9, 58, 2)  # V0 writes no year; incident.yaml needs one
 YEAR = START.year
 STATS_EVERY_S = 5            # V0 _LOCAL_LOGGING_INTERVAL_SEC
@@ -433,6 +440,64 @@ def storm_blocks(v0: V0, rng: random.Random, budget: int, counts: Counter[str]) 
     yield "".join(block)
 
 
+ADD_REQUEST_FRAMES: list[Frame] = [
+    (f"{SITE}/uvicorn/protocols/http/httptools_impl.py", 401, "run_asgi",
+     "result = await app(  # type: ignore[func-returns-value]", False),
+    ("vllm/entrypoints/openai/api_server.py", 315, "create_completion",
+     "generator = await completion(raw_request).create_completion(request, raw_request)", False),
+    (ENGINE_PY, 696, "add_request", "raise AsyncEngineDeadError(", False),
+]
+LOOP_ERRORED = "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already."
+DEAD_REQUESTS_PER_S = 40
+DEAD_LEAD_SHARE = 0.02        # dead: the share of the budget that is storm before the crash
+
+
+def dead_blocks(v0: V0, rng: random.Random, budget: int, counts: Counter[str]) -> Iterator[str]:
+    """A short storm and its crash, then the dead engine failing every request (see the docstring)."""
+    lead = int(budget * DEAD_LEAD_SHARE)
+    last = ""
+    for text in storm_blocks(v0, rng, lead, counts):     # the last block holds the crash
+        if last:
+            yield last
+        last = text
+    end = last.find("CRITICAL")            # the termination lines close the log, after the errors
+    head, tail = last[:end], last[end:]
+    yield head
+    failed = "".join(line + "\n" for line in
+                     ["ERROR:    Exception in ASGI application", *traceback_lines(ADD_REQUEST_FRAMES, LOOP_ERRORED)])
+    yield from _in_blocks(_dead_seconds(rng, failed, budget - lead - len(tail), counts), tail)
+
+
+def _dead_seconds(rng: random.Random, failed: str, budget: int, counts: Counter[str]) -> Iterator[str]:
+    """One second of log time a piece (uvicorn's lines carry no time)."""
+    done = 0
+    while done < budget:
+        lines = []
+        for i in range(DEAD_REQUESTS_PER_S):
+            if i % PROBE_EVERY_S == 0:
+                lines.append(access("10.42.0.1", rng.randint(32768, 60999), "GET /health HTTP/1.1"))
+            lines.append(access(rng.choice(CLIENT_IPS), rng.randint(32768, 60999), "POST /v1/completions HTTP/1.1",
+                                "500 Internal Server Error"))
+            lines.append(failed)
+        counts["dead request"] += DEAD_REQUESTS_PER_S
+        text = "".join(lines)
+        done += len(text)
+        yield text
+
+
+def _in_blocks(pieces: Iterator[str], last: str) -> Iterator[str]:
+    """The pieces joined into blocks of about FLUSH_BYTES, `last` at the end."""
+    block, size = [], 0
+    for text in pieces:
+        block.append(text)
+        size += len(text)
+        if size >= FLUSH_BYTES:
+            yield "".join(block)
+            block, size = [], 0
+    block.append(last)
+    yield "".join(block)
+
+
 def probe_blocks(v0: V0, rng: random.Random, budget: int, counts: Counter[str]) -> Iterator[str]:
     probes = Probes(v0, rng)
     probes.counts = counts
@@ -468,7 +533,7 @@ def generate(out: Path, size: int, seed: int, shape: str = "storm", cr: bool = T
     tail = len(crash_block(v0, START, random.Random(0)).encode()) if shape == "storm" else 0
     budget = max(0, size - len(head) - tail)
     counts: Counter[str] = Counter()
-    blocks = (storm_blocks if shape == "storm" else probe_blocks)(v0, rng, budget, counts)
+    blocks = {"storm": storm_blocks, "probes": probe_blocks, "dead": dead_blocks}[shape](v0, rng, budget, counts)
     tmp = out.with_name(out.name + ".part")
     written = 0
     with open(tmp, "wb", buffering=0) as f:
@@ -482,7 +547,7 @@ def generate(out: Path, size: int, seed: int, shape: str = "storm", cr: bool = T
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="file to write")
-    ap.add_argument("--shape", choices=SHAPES, default="storm", help="storm (default) or probes")
+    ap.add_argument("--shape", choices=SHAPES, default="storm", help="storm (default), probes or dead")
     ap.add_argument("--size", type=parse_size, default=parse_size("100M"),
                     help="approximate size, e.g. 20M, 1G (binary units; default 100M)")
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -3,6 +3,7 @@
 probes and scrapes before the first request, HTTP/1.0, a proxy's format — takes the fast path."""
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from triage.api import classify_paths
 from triage.evidence import load_evidence
 from triage.evidence.kinds import Kind
+from triage.report import to_json
 
 from tests.conftest import sample
 
@@ -164,3 +166,113 @@ def test_repeated_warnings_are_learned_as_noise_but_a_failure_among_them_is_read
     assert any(e.line == marker and e.kind == Kind.ILLEGAL_MEMORY_ACCESS.value for e in ev.items)
     verdict, _ = classify_paths([str(tmp_path / "vllm.log")])
     assert verdict.oom_class.value == "not_gpu_oom"
+
+
+# --- SGLang's retractions and a dead engine's per-request errors --------------------------------
+DECODE = ("[2025-01-12 {t} TP0] Decode batch. #running-req: {r}, #token: {tok}, token usage: {u:.2f}, "
+          "gen throughput (token/s): 2410.18, #queue-req: {q}")
+RETRACT = "[2025-01-12 {t} TP{rank}] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> 0.9446"
+SGL_ACCESS = '[2025-01-12 {t}] INFO:     127.0.0.1:{p} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+
+
+def sglang_retractions(path: Path, minutes: int, recovered: bool) -> list[int]:
+    """An SGLang server under KV pressure: decode batches, access lines and retractions on every TP
+    rank, all through the storm's last minute. With `recovered`, a decode batch follows the last
+    retraction (back-pressure the scheduler absorbed); without, the retraction is the end."""
+    lines = ["[2025-01-12 11:00:00] server_args=ServerArgs(model_path='Qwen/Qwen2.5-72B-Instruct', tp_size=8)"]
+    for i in range(minutes * 60 * 10):
+        sec = i // 10
+        t = f"{11 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        r = i % 10
+        if r == 0:
+            lines.append(DECODE.format(t=t, r=118, tok=178_000 + i, u=0.98, q=37))
+        elif r < 4:
+            lines.append(RETRACT.format(t=t, rank=r))
+        else:
+            lines.append(SGL_ACCESS.format(t=t, p=40_000 + i % 9000))
+    t = f"{11 + minutes // 60:02d}:{minutes % 60:02d}:59"
+    lines.append(RETRACT.format(t=t.replace(":59", ":58"), rank=0))
+    if recovered:
+        lines.append(DECODE.format(t=t, r=100, tok=150_000, u=0.90, q=20))
+    path.write_text("\n".join(lines) + "\n")
+    return [i for i, line in enumerate(lines, 1) if "#retracted_reqs" in line]
+
+
+@pytest.mark.parametrize("recovered", [False, True], ids=["last-thing-logged", "absorbed"])
+def test_a_retraction_storm_is_counted_and_its_last_line_decides(tmp_path, recovered):
+    truth = sglang_retractions(tmp_path / "sglang.log", 6, recovered)
+    ev = load_evidence([str(tmp_path / "sglang.log")])
+    heads = [e for e in ev.of(Kind.PREEMPTION) if e.fields.get("mode") == "retract"]
+    assert sum(int(h.fields.get("repeats", 1)) for h in heads) == len(truth)
+    assert len(heads) <= 8 < len(truth)
+    assert all(h.line in truth and h.fields.get("last_line", h.line) in truth for h in heads)
+    # The decision reads the bucket's last line: decode batches inside the last minute, before
+    # its final retraction, are not "served after it".
+    verdict, _ = classify_paths([str(tmp_path / "sglang.log")])
+    if recovered:
+        assert verdict.oom_class.value == "no_oom"
+    else:
+        assert verdict.oom_class.value != "no_oom"
+        assert "retracted requests" in json.dumps(to_json(verdict))
+
+
+ASGI_TRACEBACK = """ERROR:    Exception in ASGI application
+Traceback (most recent call last):
+  File "/usr/local/lib/python3.10/dist-packages/uvicorn/protocols/http/httptools_impl.py", line 401, in run_asgi
+    result = await app(  # type: ignore[func-returns-value]
+  File "/usr/local/lib/python3.10/dist-packages/vllm/entrypoints/openai/api_server.py", line 285, in create_chat_completion
+    generator = await openai_serving_chat.create_chat_completion(request, raw_request)
+  File "/usr/local/lib/python3.10/dist-packages/vllm/engine/async_llm_engine.py", line 1064, in add_request
+    raise AsyncEngineDeadError(
+vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already.""".splitlines()
+
+
+def dead_engine(path: Path, requests: int) -> dict:
+    """The V0 sample's crash, then every later request failing with a traceback of its own (a dead
+    V0 engine keeps its HTTP server up), one access line each."""
+    lines = START[:1040] + CRASH
+    for i in range(requests):
+        lines.append(f'INFO:     10.0.0.{i % 200}:{40000 + i} - "POST /v1/chat/completions HTTP/1.1" 500 '
+                     "Internal Server Error")
+        lines += ASGI_TRACEBACK
+    path.write_text("\n".join(lines) + "\n")
+    return {"tracebacks": [i for i, line in enumerate(lines, 1) if line.startswith("Traceback")],
+            "dead": [i for i, line in enumerate(lines, 1) if "Background loop has errored already" in line]}
+
+
+def test_a_dead_engines_per_request_errors_are_counted_not_kept(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    dead_engine(tmp_path / "a" / "vllm.log", 50)
+    truth = dead_engine(tmp_path / "b" / "vllm.log", 5_000)
+    few, many = load_evidence([str(tmp_path / "a" / "vllm.log")]), load_evidence([str(tmp_path / "b" / "vllm.log")])
+    assert len(many.items) == len(few.items)                 # records do not grow with the requests
+    dead = [e for e in many.of(Kind.ENGINE_DEAD) if "errored already" in e.text]
+    tbs = [e for e in many.of(Kind.TRACEBACK) if e.fields.get("exception") == "AsyncEngineDeadError"
+           and "errored already" in (e.fields.get("message") or "")]
+    # Exact counts, first and last lines real.
+    assert sum(int(e.fields.get("repeats", 1)) for e in dead) == len(truth["dead"])
+    assert sum(int(e.fields.get("repeats", 1)) for e in tbs) == len(truth["dead"])     # one traceback each
+    assert dead[0].line == truth["dead"][0] and dead[-1].fields["last_line"] == truth["dead"][-1]
+    assert tbs[-1].fields["last_line"] == truth["tracebacks"][-1]
+    # The verdict is the one the crash decides, with or without the storm after it.
+    a, _ = classify_paths([str(tmp_path / "a" / "vllm.log")])
+    b, _ = classify_paths([str(tmp_path / "b" / "vllm.log")])
+    assert (a.oom_class, a.summary) == (b.oom_class, b.summary)
+    assert a.facts["failure"]["at"].rsplit(":", 1)[1] == b.facts["failure"]["at"].rsplit(":", 1)[1]
+
+
+def test_an_error_that_differs_inside_a_repeated_block_is_read(tmp_path):
+    """Skipping a repeated traceback needs its exact bytes: one that ends differently (here a real
+    CUDA OOM among the dead-engine ones) is read in full and becomes its own record."""
+    path = tmp_path / "vllm.log"
+    dead_engine(path, 300)
+    lines = path.read_text().splitlines()
+    oom = ASGI_TRACEBACK[:-1] + ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                                 "total capacity of 79.15 GiB of which 1.31 GiB is free."]
+    at = len(lines) - 9 * 100
+    lines[at:at] = oom
+    path.write_text("\n".join(lines) + "\n")
+    ev = load_evidence([str(path)])
+    marker = at + len(oom)
+    assert any(e.kind == Kind.TORCH_OOM.value and e.line == marker for e in ev.items)

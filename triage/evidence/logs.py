@@ -19,7 +19,8 @@ from ..model import Evidence, Phase
 from .base import MAX_LINE_BYTES, InputFile, ParseContext
 from .kinds import Kind
 from .logline import LogLine, parse_line
-from .repeats import ADMISSION_MARK, PREEMPT_MARK, STATS_MARK, NoiseMarkers, PreemptionBuckets
+from .repeats import (ADMISSION_MARK, PREEMPT_FAMILY, PREEMPT_MARK, RETRACT_MARK, STATS_MARK, NoiseMarkers,
+                      RepeatBuckets, clock_key, family, traceback_family)
 from .signatures import match_message, pool_detail
 from ..units import whole
 from .torch_oom import is_complete, parse_torch_oom
@@ -87,6 +88,7 @@ class _Traceback:
     start_line: int = 0
     open: bool = False
     after_frame: bool = False        # the next line is the frame's source line, indented or not
+    after_quiet: bool = False        # the line before it made no record (uvicorn's "Exception in ASGI application")
 
 
 @dataclass
@@ -160,7 +162,13 @@ class LogScanner:
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
         self.stats = _StatsWindow(self._raw_stats_record)
-        self.preempts = PreemptionBuckets(lambda text: parse_line(text, self.ctx.times).time)
+        self.repeats = RepeatBuckets(lambda text: parse_line(text, self.ctx.times).time)
+        self.line = ""                   # the line being fed: a repeated record's bucket is keyed by its time
+        self.chunk = CHUNK               # the serving fast path's chunk size (see MIN_CHUNK)
+        self.fed_records = 0             # records before the line being fed
+        self.fed_line = 0                # the line being fed
+        self.quiet_line = -1             # the last fed line that made no record
+        self.repeated_tb: int | None = None   # first line of a traceback just closed as a repeat (see learn_block)
         self.noise = NoiseMarkers()
         self.admissions = False          # an admission line was seen while serving: count them per chunk
         self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
@@ -184,6 +192,11 @@ class LogScanner:
         return is_request_log(raw)
 
     def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
+        self.line = raw
+        self.repeats.touched.clear()
+        if self.records == self.fed_records:
+            self.quiet_line = self.fed_line       # the line fed before this one made no record
+        self.fed_line, self.fed_records = lineno, self.records
         log = parse_line(raw, self.ctx.times)
         if log.time is not None:
             self.last_time = log.time
@@ -219,7 +232,7 @@ class LogScanner:
         if "Traceback (most recent call last)" in msg:
             if tb is not None and tb.frames:
                 yield from self._close_traceback(key, lineno, None, log)
-            self.tracebacks[key] = _Traceback(start_line=lineno, open=True)
+            self.tracebacks[key] = _Traceback(start_line=lineno, open=True, after_quiet=self.quiet_line == lineno - 1)
             tb = self.tracebacks[key]
         if tb is not None and tb.open and tb.frames:
             code_line = tb.after_frame and not _EXCEPTION.match(stripped)
@@ -267,10 +280,43 @@ class LogScanner:
 
     def finish(self) -> Iterator[Evidence]:
         yield from self._finish_records()
-        self.preempts.close()
+        self.repeats.close()
         yield from self.stats.flush()
 
     # -- the serving fast path: repetitive lines ------------------------------------------------
+    def skip_block(self, buf: bytearray, pos: int, lineno: int) -> tuple[int, int] | None:
+        """(position, line number) after a known repeated error block at buf[pos:], counted into
+        its buckets; None when none is there."""
+        size = self.repeats.skip_block(buf, pos, lineno, self.last_time)
+        return (pos + size, lineno + self.repeats.block.lines) if size and self.repeats.block else None
+
+    def learn_block(self, buf: bytearray, end: int, lineno: int) -> None:
+        """The line just fed (ending at buf[end]) closed a repeated traceback: when that line made
+        only repeated records, remember the traceback's bytes for skip_block — from the line
+        before it when that one made no record either (uvicorn's "Exception in ASGI application")."""
+        first, self.repeated_tb = self.repeated_tb, None
+        starts = sum(1 for fam, line in self.repeats.touched if fam in self.repeats.open
+                     and self.repeats.open[fam].last_line == line and self.repeats.open[fam].count == 1)
+        if first is None or self.busy or self.records - self.fed_records != starts:
+            return
+        start = end
+        for _ in range(lineno - first + 1):       # back to the block's first line, within buf
+            start = buf.rfind(b"\n", 0, start - 1) + 1
+            if start <= 0:
+                return
+        self.repeats.learn_block(bytes(buf[start:end]), first, _CHUNK_MARKS)
+
+    def blocks_in(self, buf: bytearray, a: int, b: int) -> int:
+        """How many times the known repeated block is in buf[a:b], when all of them can be counted
+        at once (0 otherwise)."""
+        block = self.repeats.block
+        if block is None or not block.countable:
+            return 0
+        n = buf.count(block.data, a, b)
+        if not n or any(m in block.data for m in self.noise.markers) or not self.repeats.block_fits(self.last_time):
+            return 0
+        return n
+
     def admitted(self) -> bool:
         """An admission line met while serving (says nothing new): from now on counted per chunk."""
         self.admissions = True
@@ -295,19 +341,13 @@ class LogScanner:
                                seq=seq)
         return None
 
-    def preemption(self, lineno: int, raw: bytes | bytearray) -> Iterator[Evidence]:
-        """One preemption warning met while serving: counted into its time bucket, or read in full
-        as the first of a new bucket."""
-        key = self.preempts.key(raw)
-        if self.preempts.fits(key):
-            self.preempts.add(lineno, raw)
+    def repeated(self, lineno: int, raw: bytes | bytearray, fam: str) -> Iterator[Evidence]:
+        """A line of a repeated family met while serving (a preemption warning, a retraction):
+        counted into its open time bucket, or read in full (its record opens a new bucket)."""
+        if self.repeats.fits(fam, self.repeats.key(raw)):
+            self.repeats.add(fam, lineno, raw)
             return
-        head = None
-        for record in self.feed(lineno, raw.decode("utf-8", errors="replace")):
-            if record.kind == Kind.PREEMPTION.value and head is None:
-                head = record
-            yield record
-        self.preempts.start(key, head, lineno, raw)
+        yield from self.feed(lineno, raw.decode("utf-8", errors="replace"))
 
     def _finish_records(self) -> Iterator[Evidence]:
         if self.summary is not None:
@@ -392,7 +432,17 @@ class LogScanner:
         text = (f"Traceback ({len(frames)} frames, innermost {frames[-1][2]} in {short_path(frames[-1][0])})"
                 + (f" -> {exc.group('type')}" if exc else " (exception line not in the excerpt)"))
         line = tb.start_line or lineno
-        yield self._record(line, log.time if log else self.last_time, Kind.TRACEBACK, text, fields)
+        fam = traceback_family(fields["exception"], fields["message"], kinds or [])
+        key = self._repeat_key() if fam is not None else None
+        if fam is not None and self.repeats.fits(fam, key):     # the same error's traceback again
+            self.repeats.add(fam, line, self.line.encode("utf-8", errors="replace"))
+            self.repeated_tb = line - 1 if tb.after_quiet else line
+            return
+        record = self._record(line, log.time if log else self.last_time, Kind.TRACEBACK, text, fields)
+        if fam is not None:
+            self.repeats.start(fam, key, record, line, self.line.encode("utf-8", errors="replace"))
+            self.repeated_tb = line - 1 if tb.after_quiet else line
+        yield record
 
     def _emit(self, lineno: int, log: LogLine, kind: Kind, text: str, fields: dict[str, Any]) -> Iterator[Evidence]:
         self._advance_phase(kind, fields, log.time)
@@ -401,14 +451,27 @@ class LogScanner:
             fields.setdefault("process", log.process)
         if log.level:
             fields.setdefault("level", log.level)
+        fam = family(kind, fields, text)
+        key = self._repeat_key() if fam is not None else None
+        if fam is not None and self.repeats.fits(fam, key):     # one more of a storm: counted, no record
+            self.repeats.add(fam, lineno, self.line.encode("utf-8", errors="replace"))
+            return
         record = self._record(lineno, log.time, kind, text, fields)
         if kind is Kind.STATS:
             self.stats.hold(record)
             return
         if kind in _FAILURE_KINDS:
-            self.preempts.close()           # a bucket of warnings does not run across a failure
+            if fam is None:
+                self.repeats.close()        # a bucket of repeats does not run across another failure
             yield from self.stats.flush()   # the load just before a failure is kept in full
+        if fam is not None:
+            self.repeats.start(fam, key, record, lineno, self.line.encode("utf-8", errors="replace"))
         yield record
+
+    def _repeat_key(self) -> bytes | None:
+        """The time bucket of the line being fed: its own time, or its source's last one."""
+        return self.repeats.key(self.line[:64].encode("utf-8", errors="replace")) or \
+            clock_key(self.last_time, self.repeats.level)
 
     def _record(self, lineno: int | None, time: datetime | None, kind: Kind, text: str,
                 fields: dict[str, Any]) -> Evidence:
@@ -591,6 +654,12 @@ ACCESS_MARK = b' HTTP/'
 # scrapes (GET /health, GET /metrics, HEAD /) before it change nothing.
 SERVING_REQUEST = b'"POST '
 CHUNK = 64 * 1024
+# After a chunk that ended the fast path early (a traceback began: every line counts until it
+# ends), the next one starts this small and doubles: a storm of per-request tracebacks would
+# otherwise count a whole chunk for each one.
+MIN_CHUNK = 2 * 1024
+# The markers a serving chunk is counted by: a repeated block holding one cannot be counted apart.
+_CHUNK_MARKS = (ACCESS_MARK, PREEMPT_MARK, STATS_MARK, ADMISSION_MARK, RETRACT_MARK)
 
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
@@ -609,10 +678,15 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
                 pos, lineno = yield from _ready_scan(scanner, buf, pos, end, lineno)
                 if pos != at:
                     continue
+            if not scanner.busy and (skip := scanner.skip_block(buf, pos, lineno)):
+                pos, lineno = skip
+                continue
             nl = buf.find(b"\n", pos)
             raw = buf[pos:nl]
             if not scanner.skippable(raw):
                 yield from scanner.feed(lineno, raw.decode("utf-8", errors="replace"))
+                if scanner.repeated_tb is not None:
+                    scanner.learn_block(buf, nl + 1, lineno)
             pos, lineno = nl + 1, lineno + 1
     yield from scanner.finish()
 
@@ -656,7 +730,13 @@ def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lin
     count, find = buf.count, buf.find
     storm = False                  # the last chunk held other lines: find stats lines first (below)
     while a < end:
-        b = find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
+        b = find(b"\n", min(a + scanner.chunk, end - 1), end) + 1 or end
+        block = scanner.repeats.block
+        if block is not None and block.countable:
+            # End the chunk before a repeated block it would cut in two: whole, it is counted.
+            cut = buf.rfind(block.head, a, b)
+            if cut > a and cut + len(block.data) > b:
+                b = cut
         if storm:
             # Counting the chunk's lines piece by piece between its stats lines numbers them too.
             stats_at, stats_lines, lines_here = _numbered(buf, STATS_MARK, a, b, lineno)
@@ -668,22 +748,30 @@ def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lin
             if stats_at is None:
                 stats_at, stats_lines, _ = _numbered(buf, STATS_MARK, a, b, lineno)
             pre, stats = count(PREEMPT_MARK, a, b), len(stats_at)
-            rest = lines_here - known - pre - stats
+            blocks = scanner.blocks_in(buf, a, b)
+            rest = lines_here - known - pre - stats - blocks * (scanner.repeats.block.lines if blocks else 0)
             for marker in scanner.noise.markers:
                 if rest <= 0:
                     break
                 rest -= count(marker, a, b)
             if rest == 0 or (scanner.admissions and rest == count(ADMISSION_MARK, a, b)):
+                if blocks:                     # a dead engine's per-request tracebacks, counted whole
+                    last = buf.rfind(scanner.repeats.block.data, a, b)
+                    scanner.repeats.add_blocks(lineno + lines_here - count(b"\n", last, b), blocks)
                 yield from _repeat_chunk(scanner, buf, a, b, lineno, lines_here, pre, stats_at, stats_lines)
             else:
                 for at, at_line, raw in _odd_lines(buf, a, b, lineno, lines_here):
                     if PREEMPT_MARK in raw:
-                        yield from scanner.preemption(at_line, raw)
+                        yield from scanner.repeated(at_line, raw, PREEMPT_FAMILY)
+                    elif RETRACT_MARK in raw:
+                        yield from scanner.repeated(at_line, raw, "retract")
                     elif STATS_MARK in raw:
                         scanner.hold_stats(at_line, raw)
                     elif ADMISSION_MARK in raw and scanner.admitted() or raw in scanner.noise or \
                             (not scanner.tracebacks and is_request_log(raw)):
                         continue
+                    elif skip := scanner.skip_block(buf, at, at_line):
+                        return skip                          # a known repeated error, counted
                     else:
                         made = False
                         for record in scanner.feed(at_line, raw.decode("utf-8", errors="replace")):
@@ -692,7 +780,9 @@ def _serving_scan(scanner: "LogScanner", buf: bytearray, pos: int, end: int, lin
                         if not made and scanner.phase is Phase.SERVING and not scanner.busy:
                             scanner.noise.learn(raw)
                     if scanner.phase is not Phase.SERVING or scanner.busy:
+                        scanner.chunk = MIN_CHUNK
                         return at + len(raw) + 1, at_line + 1          # resume just after this line
+        scanner.chunk = min(CHUNK, scanner.chunk * 2)
         lineno += lines_here
         a = b
     return end, lineno
@@ -705,14 +795,14 @@ def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno:
     bisecting on their times (a log's times only go forward); the first of a new bucket is read in
     full; stats lines are held raw, in order with them."""
     find, rfind, nl = buf.find, buf.rfind, b"\n"
-    buckets = scanner.preempts
+    buckets, fam = scanner.repeats, PREEMPT_FAMILY
     if pre:                                  # the usual case: every warning in the open bucket
         first, last = find(PREEMPT_MARK, a, b), rfind(PREEMPT_MARK, a, b)
         first_start, last_start = rfind(nl, a, first) + 1 or a, rfind(nl, a, last) + 1 or a
         key = buckets.key(buf[first_start:first_start + 64])
-        if buckets.fits(key) and buckets.key(buf[last_start:last_start + 64]) == key:
+        if buckets.fits(fam, key) and buckets.key(buf[last_start:last_start + 64]) == key:
             # Its line number counted back from the chunk's end: the tail is short, the head is not.
-            buckets.add(lineno + lines_here - buf.count(nl, last_start, b), buf[last_start:find(nl, last, b)], pre)
+            buckets.add(fam, lineno + lines_here - buf.count(nl, last_start, b), buf[last_start:find(nl, last, b)], pre)
             pre = 0
     lines = _LineCounter(buf, a, lineno)
     s = 0                                    # the next stats line to hold
@@ -720,22 +810,22 @@ def _repeat_chunk(scanner: "LogScanner", buf: bytearray, a: int, b: int, lineno:
     i = 0
     while i < len(marks):
         start = rfind(nl, a, marks[i]) + 1 or a
-        if buckets.fits(buckets.key(buf[start:start + 64])):
+        if buckets.fits(fam, buckets.key(buf[start:start + 64])):
             lo, hi = i, len(marks) - 1          # the last warning still in the open bucket
             while lo < hi:
                 mid = (lo + hi + 1) // 2
                 mid_start = rfind(nl, a, marks[mid]) + 1 or a
-                if buckets.fits(buckets.key(buf[mid_start:mid_start + 64])):
+                if buckets.fits(fam, buckets.key(buf[mid_start:mid_start + 64])):
                     lo = mid
                 else:
                     hi = mid - 1
             last_start = rfind(nl, a, marks[lo]) + 1 or a
             s = _hold(scanner, buf, stats_at, stats_lines, s, last_start, b)
-            buckets.add(lines.at(last_start), buf[last_start:find(nl, marks[lo], b)], lo - i + 1)
+            buckets.add(fam, lines.at(last_start), buf[last_start:find(nl, marks[lo], b)], lo - i + 1)
             i = lo + 1
             continue
         s = _hold(scanner, buf, stats_at, stats_lines, s, start, b)
-        yield from scanner.preemption(lines.at(start), buf[start:find(nl, marks[i], b)])
+        yield from scanner.repeated(lines.at(start), buf[start:find(nl, marks[i], b)], fam)
         i += 1
     _hold(scanner, buf, stats_at, stats_lines, s, b, b)
 

@@ -26,9 +26,12 @@ from datetime import datetime
 from typing import Callable
 
 from ..model import Evidence
+from .kinds import Kind
 
 # vLLM V0's scheduler: "Sequence group X is preempted by PreemptionMode.RECOMPUTE mode because ..."
 PREEMPT_MARK = b"is preempted by PreemptionMode."
+# SGLang's scheduler: "Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: ..."
+RETRACT_MARK = b"out of memory happened. #retracted_reqs"
 # vLLM's periodic stats line (V0 "Avg prompt throughput: ...", V1 "Engine 000: Avg prompt throughput: ...").
 STATS_MARK = b"Avg prompt throughput"
 # The admission line ("Added request cmpl-1."): once serving, it says nothing new.
@@ -47,25 +50,117 @@ def time_key(raw: bytes | bytearray, level: int) -> bytes | None:
     m = _TIME.search(raw, 0, 64)
     if m is None:
         return None
-    return bytes(m.group()[: _KEY_LENS[level]])
+    return bytes(m.group()[: _KEY_LENS[level]]).replace(b"T", b" ")
 
 
 @dataclass
 class _Bucket:
     key: bytes
-    head: Evidence | None          # the full record of the bucket's first warning (None: it did not parse)
+    head: Evidence | None          # the full record of the bucket's first line (None: it did not parse)
     count: int = 1
     last_line: int = 0
     last_raw: bytes = b""
 
 
-class PreemptionBuckets:
-    """Counts preemption warnings per bucket of log time; the head record of each carries the count."""
+# The kinds of record that repeat in a storm and are counted per bucket instead of kept one by one.
+# A family is one kind of repeated line: V0's preemption warnings, SGLang's retractions, the same
+# failed-request or dead-engine error (a dead V0 engine fails every later request with a traceback
+# of its own), the tracebacks that carry them. Each family has at most one open bucket.
+PREEMPT_FAMILY = "preempt"
+_REPEATED_KINDS = {Kind.PREEMPTION, Kind.REQUEST_FAILED, Kind.ENGINE_DEAD}
+# What differs between two lines of one error: numbers, request ids, addresses.
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F-]{8,}|\d+")
+
+
+def family(kind: Kind, fields: dict, text: str) -> str | None:
+    """The family a record of `kind` repeats in, or None when such records are each kept."""
+    if kind not in _REPEATED_KINDS:
+        return None
+    if kind is Kind.PREEMPTION:
+        return "retract" if fields.get("mode") == "retract" else PREEMPT_FAMILY
+    return f"{kind.value}:{fields.get('scope') or ''}:{_VARYING.sub('#', text[:160])}"
+
+
+def traceback_family(exception: str | None, message: str | None, kinds: list[Kind]) -> str | None:
+    """A traceback repeats with its error: only one that ends in a repeated kind's line does."""
+    if not exception or not kinds or any(k not in _REPEATED_KINDS for k in kinds):
+        return None
+    return f"traceback:{exception}:{_VARYING.sub('#', (message or '')[:160])}"
+
+
+def clock_key(when: datetime | None, level: int) -> bytes | None:
+    """The bucket key of a line with no time of its own (uvicorn's traceback lines), from the last
+    time its source logged."""
+    return when.strftime("%m-%d %H:%M").encode()[: _KEY_LENS[level]] if when else None
+
+
+@dataclass(frozen=True)
+class RepeatedBlock:
+    """The exact bytes of a multi-line error that made only repeated records (a traceback and its
+    dead-engine line), with the family and line offset of each: the same bytes again are counted
+    into the same buckets without being read."""
+    data: bytes
+    lines: int
+    marks: tuple[tuple[str, int], ...]      # (family, line offset in the block)
+    last_raw: bytes
+    countable: bool                          # holds no other marker the chunk counts: buf.count() finds it
+
+    @property
+    def head(self) -> bytes:
+        return self.data[: self.data.find(b"\n") + 1]
+
+
+MAX_BLOCK_BYTES = 16 * 1024
+
+
+class RepeatBuckets:
+    """Counts repeated lines per family and bucket of log time; the head record of each bucket
+    carries the count (`repeats`), its last line (`last_line`) and that line's time (`until`)."""
 
     def __init__(self, parse_time: Callable[[str], datetime | None]):
         self.parse_time = parse_time
-        self.open: _Bucket | None = None
+        self.open: dict[str, _Bucket] = {}
         self.heads = 0
+        self.touched: list[tuple[str, int]] = []    # (family, line) counted or started by the line being fed
+        self.block: RepeatedBlock | None = None
+        self._clock: tuple[tuple[datetime | None, int], bytes | None] = ((None, -1), None)
+
+    def learn_block(self, data: bytes, first_line: int, other_marks: tuple[bytes, ...]) -> None:
+        """`data` (whole lines from `first_line`) made only the records of `touched`."""
+        if len(data) > MAX_BLOCK_BYTES or not self.touched:
+            return
+        marks = tuple((fam, line - first_line) for fam, line in self.touched)
+        if all(0 <= off for _, off in marks):
+            self.block = RepeatedBlock(data, data.count(b"\n"), marks, data[data.rfind(b"\n", 0, -1) + 1:-1],
+                                       not any(m in data for m in other_marks))
+
+    def block_fits(self, last_time: datetime | None) -> bool:
+        """Whether the known block, met now, joins its families' open buckets."""
+        block = self.block
+        assert block is not None
+        key = self.key(block.data[:64]) or self._clock_key(last_time)
+        return all(self.fits(fam, key) for fam, _ in block.marks)
+
+    def _clock_key(self, when: datetime | None) -> bytes | None:
+        if (when, self.level) != self._clock[0]:
+            self._clock = ((when, self.level), clock_key(when, self.level))
+        return self._clock[1]
+
+    def add_blocks(self, lineno: int, n: int = 1) -> None:
+        """`n` more of the known block, the last of them from `lineno`."""
+        block = self.block
+        assert block is not None
+        for fam, off in block.marks:
+            self.add(fam, lineno + off, block.last_raw, n)
+
+    def skip_block(self, buf: bytearray, pos: int, lineno: int, last_time: datetime | None) -> int:
+        """The length of the known block at buf[pos:] when it repeats into open buckets (counted
+        then), else 0."""
+        block = self.block
+        if block is None or not buf.startswith(block.data, pos) or not self.block_fits(last_time):
+            return 0
+        self.add_blocks(lineno)
+        return len(block.data)
 
     @property
     def level(self) -> int:
@@ -74,28 +169,36 @@ class PreemptionBuckets:
     def key(self, raw: bytes | bytearray) -> bytes | None:
         return time_key(raw, self.level)
 
-    def fits(self, key: bytes | None) -> bool:
-        """Whether a warning with this key joins the open bucket (no new record)."""
-        return key is not None and self.open is not None and self.open.key == key
+    def fits(self, fam: str, key: bytes | None) -> bool:
+        """Whether a line of family `fam` with this key joins its open bucket (no new record)."""
+        bucket = self.open.get(fam)
+        return key is not None and bucket is not None and bucket.key == key
 
-    def add(self, lineno: int, raw: bytes | bytearray, n: int = 1) -> None:
-        """`n` more warnings in the open bucket, the last of them at `lineno` (`raw`)."""
-        assert self.open is not None
-        self.open.count += n
-        self.open.last_line = lineno
-        self.open.last_raw = bytes(raw)
+    def add(self, fam: str, lineno: int, raw: bytes | bytearray, n: int = 1) -> None:
+        """`n` more lines in the family's open bucket, the last of them at `lineno` (`raw`)."""
+        bucket = self.open[fam]
+        self.touched.append((fam, lineno))
+        bucket.count += n
+        bucket.last_line = lineno
+        bucket.last_raw = bytes(raw)
 
-    def start(self, key: bytes | None, head: Evidence | None, lineno: int, raw: bytes | bytearray) -> None:
-        """A new bucket whose first warning is `head` (already emitted as a record)."""
-        self.close()
+    def start(self, fam: str, key: bytes | None, head: Evidence, lineno: int, raw: bytes | bytearray) -> None:
+        """A new bucket of the family whose first line is `head` (emitted as a record); the
+        family's previous bucket is closed, other families' stay open."""
+        self._close(fam)
         if key is None:
-            return                   # a warning with no time: its own record, no bucket
-        self.open = _Bucket(key, head, 1, lineno, bytes(raw))
+            return                   # a line with no time: its own record, no bucket
+        self.open[fam] = _Bucket(key, head, 1, lineno, bytes(raw))
+        self.touched.append((fam, lineno))
         self.heads += 1
 
     def close(self) -> None:
-        """Write the open bucket's count and span onto its head record."""
-        bucket, self.open = self.open, None
+        """Write every open bucket's count and span onto its head record."""
+        for fam in list(self.open):
+            self._close(fam)
+
+    def _close(self, fam: str) -> None:
+        bucket = self.open.pop(fam, None)
         if bucket is None or bucket.head is None or bucket.count == 1:
             return
         fields = bucket.head.fields

@@ -103,7 +103,11 @@ def _unrecovered_retraction(ctx: Context) -> Evidence | None:
     if not retracts:
         return None
     last = retracts[-1]
-    later = [s for s in ctx.ev.of(Kind.STATS, Kind.REQUEST_SERVED) if s.source == last.source and s.seq > last.seq]
+    # A storm of retractions is one record per time bucket (evidence/repeats.py): the bucket's
+    # last line, not its first, is the last retraction logged.
+    end = last.fields.get("last_line") or last.line
+    later = [s for s in ctx.ev.of(Kind.STATS, Kind.REQUEST_SERVED) if s.source == last.source
+             and (s.line > end if s.line is not None and end is not None else s.seq > last.seq)]
     return None if later else retracts[0]
 
 

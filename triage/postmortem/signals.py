@@ -96,7 +96,8 @@ def impact_claims(evidence: EvidenceSet, notes: Sequence[tuple[str, str, tuple[s
                          f"died, and were dropped ({'; '.join(parts)})", tuple(cites)))
     failed = evidence.of(Kind.REQUEST_FAILED)
     if failed:
-        out.append(Claim(f"{len(failed)} request(s) failed mid-generation in the attached logs",
+        count = sum(int(e.fields.get("repeats") or 1) for e in failed)     # a bucket stands for its lines
+        out.append(Claim(f"{count} request(s) failed mid-generation in the attached logs",
                          tuple(e.where for e in failed[:3])))
     errors = [e for e in evidence.of(Kind.REQUEST_SERVED) if _int(e.fields.get("status")) >= 500]
     if errors:
