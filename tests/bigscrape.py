@@ -1,4 +1,4 @@
-"""A deterministic /metrics scrape of any size (issue 12): vLLM V1 series with many label values
+"""A deterministic /metrics scrape of any size: vLLM V1 series with many label values
 (model_name, engine, finished_reason, le), DCGM framebuffer readings and many series of other
 exporters, written as prometheus_client and the exporters write them.
 

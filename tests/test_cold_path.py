@@ -8,7 +8,9 @@ import sys
 
 HEAVY = ("torch", "pandas", "requests", "numpy", "rich", "jinja2")
 # The other commands' code: registered by name, imported only when that command runs.
-FEATURES = ("triage.timeline", "triage.postmortem", "triage.sim", "triage.recovery", "triage.live")
+FEATURES = ("triage.timeline", "triage.postmortem", "triage.sim", "triage.recovery", "triage.live", "triage.plan",
+            # the shared memory arithmetic: only its precision table, unless a launch names a local model folder
+            "triage.memory.config", "triage.memory.weights", "triage.memory.kv", "triage.memory.estimate")
 
 PROBE = """
 import sys, runpy

@@ -86,7 +86,7 @@ def test_a_deeply_nested_memory_stats_line_is_skipped(runner, tmp_path):
      "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nid: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n", "aliases"),
 ], ids=["nested", "year-0", "4301-digits", "aliases"])
 def test_a_hostile_incident_yaml_is_one_clear_warning_and_the_rest_is_read(runner, tmp_path, text, words):
-    # No single source costs the verdict (issue 10): the bundle is read without its incident.yaml.
+    # No single source costs the verdict: the bundle is read without its incident.yaml.
     (tmp_path / "incident.yaml").write_text(text)
     (tmp_path / "server.log").write_text(OOM_LINE)
     for command in (["classify"], ["timeline", "--json"]):

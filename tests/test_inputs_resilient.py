@@ -1,4 +1,4 @@
-"""Issue 10: no single source costs the verdict, and one incident per verdict.
+"""No single source costs the verdict, and one incident per verdict.
 
 Every case runs the real CLI. A source that cannot be read (a wedged or refused --metrics-url, a
 broken incident.yaml, a cut JSON or compressed file, one over-long line, a codec that is not

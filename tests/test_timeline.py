@@ -367,3 +367,18 @@ def test_given_evidence_is_used_and_left_as_it_was(tmp_path, monkeypatch):
     assert any(s.startswith("recovery/") for e in tl.events for s in e.sources)
     assert [(e.kind, e.sources) for e in tl.events if not any(s.startswith("recovery/") for s in e.sources)] == \
         [(e.kind, e.sources) for e in build_timeline(sample(A)).events]
+
+
+def test_a_watch_warning_is_a_signal_not_the_first_response(tmp_path):
+    """`triage watch --incident` writes its warnings as notes; one written after the OOM, before the
+    on-call engineer's first note, must not become the time to respond."""
+    bundle = tmp_path / "A"
+    shutil.copytree(sample(A), bundle)
+    notes = bundle / "notes.jsonl"
+    watch = json.dumps({"time": "2026-03-12T14:17:30Z", "author": "triage watch",
+                        "text": "triage watch: http://10.0.0.7:8000: OOM risk burst (critical): KV cache 97% full"})
+    notes.write_text(watch + "\n" + notes.read_text())
+    tl = build_timeline(bundle)
+    assert tl.moments["first_response"].time == utc("2026-03-12T14:19:00Z")
+    (event,) = [e for e in tl.events if e.text.startswith("triage watch:")]
+    assert (event.category, event.kind) == ("signal", "monitor_warning")

@@ -1,4 +1,4 @@
-"""Human output reads whole at 80 and 120 columns and when stdout is not a terminal (issue 10).
+"""Human output reads whole at 80 and 120 columns and when stdout is not a terminal.
 
 Every human command is run through the CLI with COLUMNS=80 and 120 over several samples, and once
 with room for every line (COLUMNS=20000, "unwrapped"). Then:

@@ -22,15 +22,11 @@ def read_incident(root: Path) -> tuple[dict[str, Any], Path | None]:
     for name in INCIDENT_FILES:
         path = root / name
         if path.exists():
-            from .safefile import read_regular
+            from .safefile import read_limited
 
-            try:
-                if path.stat().st_size > MAX_INCIDENT_BYTES:
-                    raise BadInput(str(path), f"larger than {MAX_INCIDENT_BYTES >> 10} KiB: not an incident description")
-                # read_regular: a FIFO planted as incident.yaml is refused at once instead of blocking
-                raw = read_regular(path)
-            except OSError as exc:
-                raise BadInput(str(path), f"cannot read: {exc.strerror or exc}") from None
+            # a FIFO planted as incident.yaml is refused at once instead of blocking
+            raw = read_limited(path, MAX_INCIDENT_BYTES,
+                               f"larger than {MAX_INCIDENT_BYTES >> 10} KiB: not an incident description")
             return parse_incident(raw, path), path
     return {}, None
 

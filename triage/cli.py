@@ -28,6 +28,10 @@ LAZY_COMMANDS = {
     "note": "triage.timeline.cli:note",
     "timeline": "triage.timeline.cli:timeline",
     "postmortem": "triage.postmortem.cli:postmortem",
+    "collect": "triage.live.collect.cli:collect",
+    "watch": "triage.live.watch.cli:watch",
+    "serve": "triage.live.serve.cli:serve",
+    "plan": "triage.plan.cli:plan",
 }
 
 
@@ -79,10 +83,12 @@ class TriageGroup(click.Group):
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
-    """Triage vLLM GPU out-of-memory incidents: classify, recover, write the postmortem.
+    """Triage vLLM GPU out-of-memory incidents: classify, recover, write the postmortem;
+    capture, watch and classify live servers and fleets; plan a deploy.
 
     Exit codes: 0 verdict reached (no_oom included), 1 bad input or failed step,
-    2 usage error, 3 unknown (a failure the evidence cannot classify; it says what to attach).
+    2 usage error, 3 unknown (a failure the evidence cannot classify; it says what to attach),
+    4 `plan` only: the model and flags will fail on that GPU.
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
@@ -101,13 +107,37 @@ def main(ctx: click.Context, debug: bool) -> None:
 @click.option("--tz", "tz_name", metavar="ZONE", help="Zone of zone-less log times (default UTC, or incident.yaml).")
 @click.option("--max-input-bytes", "max_input", metavar="SIZE",
               help="Most a compressed input may expand to (default 4GiB, or $TRIAGE_MAX_INPUT_BYTES), e.g. 16GiB.")
+@click.option("--prometheus", metavar="URL", help="Classify every instance of a fleet from a Prometheus-compatible "
+              "server's series instead (triage.fleet/v1 with --json); credentials only from $TRIAGE_PROMETHEUS_TOKEN "
+              "or $TRIAGE_PROMETHEUS_USER/$TRIAGE_PROMETHEUS_PASSWORD, a private CA from $TRIAGE_PROMETHEUS_CA_BUNDLE.")
+@click.option("--selector", metavar="SEL", help="With --prometheus: the fleet's targets, e.g. '{job=\"vllm\"}'.")
+@click.option("--since", metavar="DURATION", help="With --prometheus: the window up to now (default 1h).")
+@click.option("--start", metavar="TIME", help="With --prometheus: window start (RFC 3339 or unix seconds).")
+@click.option("--end", metavar="TIME", help="With --prometheus: window end (default now).")
+@click.option("--step", metavar="DURATION", help="With --prometheus: resolution (default: 15s, coarser for long windows).")
+@click.option("--timeout", type=click.FloatRange(0.5, 600), help="With --prometheus: seconds per request (default 10).")
+@click.option("--deadline", type=click.FloatRange(1, 3600), help="With --prometheus: seconds for the whole pull "
+              "(default 60); instances not read by then are unknown.")
+@click.option("--parallel", type=click.IntRange(1, 64), help="With --prometheus: requests at once (default 8).")
+@click.option("--insecure", is_flag=True, default=None, help="With --prometheus: do not verify TLS certificates (warns).")
 def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, explain: bool, year: int | None,
-             tz_name: str | None, max_input: str | None) -> None:
+             tz_name: str | None, max_input: str | None, **fleet) -> None:
     """Classify the OOM in PATHS: log files (.gz, .bz2, .xz, .zst too), bundle directories (or a .tar.gz / .zip
-    of one), scrapes, or - for stdin. A directory of several bundles gets one verdict per bundle."""
+    of one), scrapes, or - for stdin. A directory of several bundles gets one verdict per bundle. With
+    --prometheus URL, every instance of a fleet instead, from its series: exit 3 only when every one is unknown."""
     from .api import classify_paths
     from .units import parse_size
 
+    if fleet["prometheus"]:
+        if paths or metrics_urls or explain:
+            raise click.UsageError("--prometheus classifies a fleet from its series: give no PATH, --metrics-url or "
+                                   "--explain with it")
+        from .live.fleet.cli import run
+
+        sys.exit(run(as_json=as_json, **fleet))
+    if any(value is not None for value in fleet.values()):
+        raise click.UsageError("--selector, --since, --start, --end, --step, --timeout, --deadline, --parallel and "
+                               "--insecure go with --prometheus")
     if not paths and not metrics_urls:
         raise click.UsageError("give at least one PATH (or - for stdin) or --metrics-url")
     max_bytes = parse_size(max_input) if max_input is not None else None
@@ -182,10 +212,16 @@ def eval_cmd(corpus: str, as_json: bool, verbose: bool) -> None:
 
 
 @main.command()
-def schema() -> None:
-    """Print the JSON Schema of the verdict object (triage.verdict/v1)."""
+@click.option("--fleet", is_flag=True, help="The fleet report's schema instead (triage.fleet/v1).")
+def schema(fleet: bool) -> None:
+    """Print the JSON Schema of the verdict object (triage.verdict/v1), or of the fleet report."""
     from .paths import verdict_schema_path
 
+    if fleet:
+        from .live.fleet.cli import schema_path
+
+        click.echo(schema_path().read_text(encoding="utf-8"), nl=False)
+        return
     click.echo(verdict_schema_path().read_text(encoding="utf-8"), nl=False)
 
 
@@ -212,7 +248,7 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("incident", type=click.Path(exists=True, file_okay=False))
+@click.argument("incident", type=click.Path(exists=True))
 @click.option("--runbook", "runbook_name", metavar="NAME", help="Use this runbook instead of the verdict's.")
 @click.option("--runbook-dir", "runbook_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Also load runbooks from DIR.")
@@ -245,16 +281,23 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
     after the last completed step. A relaunch command read from the bundle (not from the running
     server or --launch-command) runs only once confirmed at the prompt or by --trust-bundle-launch.
     """
+    from .packed import unpacked
     from .recovery.session import NothingToRecover, open_session
 
+    given = incident
+    incident = unpacked(incident, writes="actions.jsonl (every step of --execute)" if execute else None)
     try:
         session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
                                pids=pids, url=url, launch_command=launch_command, driver=driver,
                                deployment=deployment)
-    except NothingToRecover as done:      # no_oom: an answer, not an error (exit 0)
+    except TriageError as exc:            # a packed bundle is named as given, not by its temporary copy
+        exc.args = tuple(str(a).replace(incident, given) for a in exc.args)
+        if not isinstance(exc, NothingToRecover):
+            raise
+        done = exc
         if as_json:
             v = done.verdict
-            echo_json({"schema": "triage.plan/v1", "dry_run": not execute, "runbook": None,
+            echo_json({"schema": "triage.recovery_plan/v1", "dry_run": not execute, "runbook": None,
                        "verdict": {"class": v.oom_class.value, "confidence": v.confidence, "summary": v.summary},
                        "nothing_to_recover": str(done), "steps": []}, indent=2)
         else:

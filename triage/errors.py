@@ -9,6 +9,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 1     # unreadable / wrong input, or a failed step
     USAGE = 2         # click's own usage errors
     UNKNOWN = 3       # a failure was seen, but the evidence does not settle its class
+    WILL_FAIL = 4     # `triage plan`: the model and flags will fail on that GPU (at start-up or under a burst)
 
 
 class TriageError(Exception):

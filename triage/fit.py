@@ -3,9 +3,12 @@
 A recommended setting is only worth running if the memory it gives the engine can hold what the
 server needs there: the weights, the profiling run's activation peak, non-torch memory, CUDA
 graphs and the KV cache of one max_model_len sequence. Each part is taken from the evidence when
-the log states it (cited source:line); the weights are otherwise *estimated* from the parameter
-count in the model name and the dtype or quantisation of the engine config, labelled with that
-basis; a part the evidence does not give is named as unknown. The card's total, the memory free
+the log states it (cited source:line); otherwise, when the launch's model argument is a folder
+(or config.json) on this host, the weights and one sequence's KV cache are computed from the
+model's config.json by the shared arithmetic of triage/memory (the same as `triage plan`); else
+the weights are *estimated* from the parameter count in the model name and the dtype or
+quantisation of the engine config, labelled with that basis; a part the evidence does not give
+is named as unknown. The card's total, the memory free
 at start-up and other tenants' memory come from the engine's own checks and nvidia-smi.
 
 vLLM takes `gpu_memory_utilization x total` for itself (V1 refuses to start unless that much is
@@ -15,24 +18,18 @@ than the share of the card that is free, and its budget must hold the parts abov
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .evidence.kinds import Kind
 from .flowchart.context import Context
+from .memory.precision import QUANT_OPTIONS, dtype_bytes, quant_bytes, quant_in_name
 from .model import Evidence, Recommendation
 from .thresholds import DEFAULT_UTIL, FREE_MARGIN, MIN_AS_IS_UTIL
 
 GiB = 1 << 30
-
-#: Bytes per parameter by precision (flowchart.md: FP8 ~ 1/2, AWQ/GPTQ int4 ~ 1/4 of 16-bit weights).
-_DTYPE_BYTES = (("float32", 4.0), ("fp32", 4.0), ("bfloat16", 2.0), ("float16", 2.0), ("half", 2.0),
-                ("bf16", 2.0), ("fp16", 2.0))
-_QUANT_BYTES = (("fp8", 1.0), ("int8", 1.0), ("w8a8", 1.0), ("8bit", 1.0), ("awq", 0.5), ("gptq", 0.5),
-                ("int4", 0.5), ("w4a16", 0.5), ("4bit", 0.5), ("bitsandbytes", 0.5), ("bnb", 0.5), ("marlin", 0.5))
-#: Quantised checkpoints worth suggesting, most faithful first.
-_QUANT_OPTIONS = (("FP8", 1.0), ("int4 (AWQ or GPTQ)", 0.5))
 # "32B", "8B", "1.5B", "70b", "135M", "8x7B" as a word of the model name ("A3B", active parameters, is not one).
 _PARAMS = re.compile(r"(?:^|[-_/.\s])(?:(\d+)[xX])?(\d+(?:\.\d+)?)([bBmM])(?=$|[-_/.\s])")
 
@@ -91,6 +88,7 @@ class Fit:
     dtype_bytes: float | None = None   # bytes per parameter of the weights as served
     dtype_text: str | None = None      # "bfloat16 (logs/vllm.log:6)"
     model: str | None = None
+    config: Any = None                 # the model's shape (memory.config.ModelShape) when its config.json is here
 
     # -- what the server needs on one GPU -------------------------------------------------------
     def parts(self, tp: int | None = None) -> list[Part]:
@@ -201,6 +199,7 @@ def gather(ctx: Context) -> Fit:
         fit.free = Part("free at start-up", int(profile.fields["free_bytes"]), profile.where)
     fit.dtype_bytes, fit.dtype_text = _dtype(ctx)
     fit.params, fit.params_text = parse_params(fit.model)
+    fit.config = model_config(fit.model)
     fit.weights = _weights(ev, fit)
     for key, what, kinds in (("activation_peak_bytes", "activation peak", (Kind.MEMORY_PROFILE,)),
                              ("non_torch_bytes", "non-torch memory", (Kind.MEMORY_PROFILE,)),
@@ -210,7 +209,7 @@ def gather(ctx: Context) -> Fit:
         attr = {"activation peak": "activation", "non-torch memory": "non_torch", "CUDA graphs": "graphs"}[what]
         if rec and getattr(fit, attr) is None:
             setattr(fit, attr, Part(what, int(rec.fields[key]), rec.where))
-    fit.kv_one_seq = _kv_one_sequence(ctx, fit.max_model_len)
+    fit.kv_one_seq = _kv_one_sequence(ctx, fit.max_model_len) or _kv_from_config(ctx, fit)
     fit.tenants = tenants(ctx)
     return fit
 
@@ -238,19 +237,19 @@ def _dtype(ctx: Context) -> tuple[float | None, str | None]:
         args = rec.fields.get("args") or {}
         quant = str(args.get("quantization") or "").lower()
         if quant and quant != "none":
-            for key, size in _QUANT_BYTES:
-                if key in quant:
-                    return size, f"quantization={quant} ({rec.where})"
+            size = quant_bytes(quant)
+            if size is not None:
+                return size, f"quantization={quant} ({rec.where})"
             return None, (f"quantization={quant} ({rec.where}) of unknown size per parameter: 16-bit assumed, an "
                           "upper bound")
-    for key, size in _QUANT_BYTES:
-        if re.search(rf"(?:^|[-_/.]){re.escape(key)}(?:$|[-_/.])", model):
-            return size, f"'{key}' in the model name"
+    named = quant_in_name(model)
+    if named:
+        return named[1], f"'{named[0]}' in the model name"
     for rec in sorted(ctx.launch, key=lambda e: e.fields.get("origin") == "engine config", reverse=True):
         dtype = str((rec.fields.get("args") or {}).get("dtype") or "").lower().replace("torch.", "")
-        for key, size in _DTYPE_BYTES:
-            if dtype == key:
-                return size, f"{dtype} ({rec.where})"
+        size = dtype_bytes(dtype)
+        if size is not None:
+            return size, f"{dtype} ({rec.where})"
     return None, None
 
 
@@ -258,6 +257,8 @@ def _weights(ev, fit: Fit) -> Part | None:
     rec = _first_with(ev.of(Kind.WEIGHTS_LOADED, Kind.MEMORY_PROFILE), "weights_bytes")
     if rec:
         return Part("weights", int(rec.fields["weights_bytes"]), rec.where)
+    if fit.config is not None:
+        return _weights_from_config(fit)
     if fit.params:
         size = fit.dtype_bytes or 2.0
         dtype = fit.dtype_text or "dtype not in the evidence: 16-bit assumed, as most checkpoints are"
@@ -286,6 +287,55 @@ def _kv_one_sequence(ctx: Context, max_len: int | None) -> Part | None:
         return Part(f"KV cache for one {max_len}-token sequence", int(per_token * max_len),
                     f"{gib(pool.fields['kv_cache_bytes'], 2)} for {cap[0]} tokens ({pool.where}, {cap[1][0].where})")
     return None
+
+
+def model_config(model: str | None) -> Any:
+    """The model's shape from its config.json when the launch's model argument is a folder (or the
+    config file) on this host; None for a hub name, another host's path or a config that cannot be
+    read (the advice then estimates from the model name, as without one)."""
+    if not model or not os.path.exists(model):
+        return None
+    from .errors import BadInput
+    from .memory.config import load, local_config
+
+    path = local_config(model)
+    try:
+        return load(path) if path is not None else None
+    except BadInput:
+        return None
+
+
+def _served_precision(fit: Fit) -> tuple[float, float | None, str | None]:
+    """(dtype bytes, quantised bytes per weight or None, its basis) of a model whose config is known:
+    a launch precision under 16 bits is a quantisation, the checkpoint's own quantisation wins."""
+    shape = fit.config
+    if shape.quant is not None:
+        return shape.dtype_bytes, shape.quant.bytes_per_weight, shape.quant.text
+    if fit.dtype_bytes is not None and fit.dtype_bytes < 2:
+        return shape.dtype_bytes, fit.dtype_bytes, fit.dtype_text
+    return fit.dtype_bytes or shape.dtype_bytes, None, None
+
+
+def _weights_from_config(fit: Fit) -> Part:
+    from .memory.weights import weights
+
+    size, quant, text = _served_precision(fit)
+    w = weights(fit.config, dtype_bytes=size, quant_bytes=quant, quant_text=text, tp=fit.tp)
+    return Part("weights", w.per_gpu, f"{fit.config.source}: {w.basis}", estimated=not w.computed)
+
+
+def _kv_from_config(ctx: Context, fit: Fit) -> Part | None:
+    """One max_model_len sequence's KV cache from the model's config.json, when the log gives none."""
+    if fit.config is None or not fit.max_model_len:
+        return None
+    from .memory.kv import layout
+    from .memory.precision import kv_dtype_bytes
+
+    size = _served_precision(fit)[0]
+    element = kv_dtype_bytes(_str(ctx.arg("kv_cache_dtype", "cache_dtype")), size) or size
+    kv = layout(fit.config, element, tp=fit.tp)
+    return Part(f"KV cache for one {fit.max_model_len}-token sequence", kv.sequence(fit.max_model_len),
+                f"{fit.config.source}: {kv.formula}")
 
 
 def tenants(ctx: Context) -> list[Tenant]:
@@ -350,7 +400,7 @@ def options(fit: Fit, blocking: str, others_hold: bool = False) -> list[Recommen
     if now is None or now < MIN_AS_IS_UTIL:
         return out
     current = fit.dtype_bytes or 2.0
-    for name, size in _QUANT_OPTIONS:
+    for name, size in QUANT_OPTIONS:
         if size >= current:
             continue
         q_weights = int(fit.weights.bytes * size / current)

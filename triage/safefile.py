@@ -68,6 +68,17 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
         os.close(fd)
 
 
+def read_limited(path: str | os.PathLike[str], limit: int, too_big: str) -> bytes:
+    """read_regular for a small file a person wrote (incident.yaml, a model's config.json):
+    BadInput naming `path` with `too_big` past `limit` bytes, or with why it cannot be read."""
+    try:
+        if os.stat(path).st_size > limit:
+            raise BadInput(str(path), too_big)
+        return read_regular(path)
+    except OSError as exc:
+        raise BadInput(str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
 def open_append(path: str | os.PathLike[str], mode: int = 0o644) -> tuple[int, bool]:
     """(fd, created) for appending to a regular file with one link, never through a symlink.
 

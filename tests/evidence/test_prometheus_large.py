@@ -1,4 +1,4 @@
-"""Issue 12: a /metrics scrape is read in memory bounded by the series triage keeps, whatever its
+"""A /metrics scrape is read in memory bounded by the series triage keeps, whatever its
 size: other exporters' series and histogram buckets are passed over unparsed, and of each metric
 triage reads at most MAX_SERIES series become records (the rest is counted and noted). The
 scrapes are made by tests/bigscrape.py (`python -m tests.bigscrape OUT 2000000` for a timing)."""
@@ -54,8 +54,8 @@ def test_a_scrape_of_many_servers_keeps_the_first_series_of_each_metric_in_bound
     metrics = [r for r in recs if r.kind == "metric"]
     assert Counter(r.fields["metric"] for r in metrics) == {
         **{name: cap for name in GAUGES}, "vllm:request_success_total": cap, **{name: bigscrape.GPUS for name in DCGM}}
-    # Bounded: the 8,256 records here are as many as for a scrape of 2 million series (the parser
-    # before issue 12 made 31,672 of this one, and ~45 MB of them). No more than they take.
+    # Bounded: the 8,256 records here are as many as for a scrape of 2 million series (the parser once
+    # made 31,672 of this one, and ~45 MB of them). No more than they take.
     assert len(recs) == 8 * cap + 4 * bigscrape.GPUS
     assert peak < 32 << 20, f"{peak / 2**20:.1f} MiB"
 

@@ -28,7 +28,11 @@ PARSER_MODULES: tuple[str, ...] = (
 
 # Files in a bundle that are not evidence, and extensions no evidence comes in.
 _NOT_EVIDENCE = {"incident.yaml", "incident.yml", "expected.yaml", "expected.yml", "readme.md", "notes.jsonl",
-                 "actions.jsonl"}
+                 "actions.jsonl",
+                 "manifest.json", "nvml.json",                      # written by `triage collect`
+                 # a model's own files (`triage plan` reads them; samples/models/ holds some)
+                 "config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json",
+                 "preprocessor_config.json", "model.safetensors.index.json"}
 _NOT_EVIDENCE_EXT = {".md", ".py", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".html", ".css", ".js",
                      ".zip", ".tar", ".tgz", ".whl", ".so", ".pyc", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".lock",
                      ".pickle", ".pkl", ".pt", ".bin", ".safetensors"}

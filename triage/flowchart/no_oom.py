@@ -16,12 +16,13 @@ from .base import Assessment
 from .context import Context
 
 CLASS = OomClass.NO_OOM
+_HEALTHY = frozenset(k.value for k in HEALTHY_KINDS)
 
 
 def assess(ctx: Context) -> Assessment:
     if ctx.any_failure:
         return Assessment(CLASS, 0.0, "", "a failure is in the evidence")
-    healthy = [e for e in ctx.ev if e.kind in {k.value for k in HEALTHY_KINDS}]
+    healthy = [e for e in ctx.ev if e.kind in _HEALTHY]
     if not healthy:
         return Assessment(CLASS, 0.0, "", "nothing recognisable in the evidence")
     served = [e for e in healthy if e.kind in (Kind.REQUEST_SERVED.value, Kind.STATS.value)]

@@ -10,7 +10,7 @@ from ..output import echo
 
 
 @click.command()
-@click.argument("incident", type=click.Path(exists=True, file_okay=False))
+@click.argument("incident", type=click.Path(exists=True))
 @click.option("-o", "--output", metavar="FILE",
               help="Where to write the markdown (default INCIDENT/postmortem.md; a directory: postmortem.md in it; "
                    "- for stdout, without the chart). The chart goes beside it as <name>-memory.svg.")
@@ -36,13 +36,19 @@ def postmortem(incident: str, output: str | None, template: str | None, now_text
         now = parse_iso(now_text)
         if now is None:
             raise BadInput("--now", f"{now_text!r} is not an ISO 8601 time (e.g. 2026-03-12T15:00:00Z)")
+    from ..packed import is_packed, stem, unpacked
+
     to_stdout = output == "-"
-    target = None if to_stdout else Path(output) if output else default_output(incident)
+    # a packed bundle stays as it is: the postmortem goes beside it (INCIDENT-postmortem.md)
+    beside = Path(incident).with_name(f"{stem(incident)}-{DEFAULT_NAME}") if is_packed(incident) else None
+    if beside is None and not Path(incident).is_dir():
+        raise BadInput(incident, "not an incident directory (nor a packed bundle)")
+    target = None if to_stdout else Path(output) if output else beside or default_output(incident)
     if target is not None:
         if target.is_dir():
             target = target / DEFAULT_NAME
         check_output(target)                       # before the bundle is read: fail fast, write nothing
-    pm = render_postmortem(incident, template=template, now=now, output=target)
+    pm = render_postmortem(unpacked(incident), template=template, now=now, output=target)
     if target is None:
         echo(pm.markdown, nl=False)
         return

@@ -246,7 +246,7 @@ def _kubectl_details(step: RunbookStep, plan: Plan) -> list[str]:
 
 def plan_json(plan: Plan) -> dict[str, Any]:
     return {
-        "schema": "triage.plan/v1",
+        "schema": "triage.recovery_plan/v1",
         "dry_run": True,
         "runbook": plan.runbook.id,
         "verdict": {"class": plan.verdict.oom_class.value, "confidence": plan.verdict.confidence,

@@ -91,6 +91,11 @@ def _evidence(info: IncidentInfo, loaded: EvidenceSet | None = None) -> Evidence
 
 
 def _note_raw(note: Note) -> Raw:
+    if note.automated:
+        # A warning `triage watch` (or another of our own monitors) wrote: a signal, not a person
+        # responding, so it never sets the first response.
+        return Raw(note.time, "monitor_warning", "signal", note.text, note.source, NOTES, None, key=note.source,
+                   order=10**12 + note.line)
     return Raw(note.time, "note", "note", note.text, note.source, NOTES, None, key=note.source, order=10**12 + note.line)
 
 

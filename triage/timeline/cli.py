@@ -48,11 +48,12 @@ def timeline(incident: str, as_json: bool, as_csv: bool) -> None:
     never silently dropped.
     """
     from ..output import echo, echo_json
+    from ..packed import unpacked
     from .build import build_timeline
 
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
-    tl = build_timeline(incident)
+    tl = build_timeline(unpacked(incident))
     if as_json:
         from .render import to_json
 

@@ -157,6 +157,13 @@ def _fsync_dir(directory: Path) -> None:
 
 # -- reading ------------------------------------------------------------------------------------
 
+# Authors of the notes our own tools write (`triage watch --incident`, `triage serve` closing an
+# incident): signals, not a person responding.
+WATCH_AUTHOR = "triage watch"
+SERVE_AUTHOR = "triage serve"
+MONITOR_AUTHORS = frozenset({WATCH_AUTHOR, SERVE_AUTHOR})
+
+
 @dataclass(frozen=True)
 class Note:
     line: int
@@ -169,6 +176,11 @@ class Note:
     @property
     def source(self) -> str:
         return f"{FILENAME}:{self.line}"
+
+    @property
+    def automated(self) -> bool:
+        """Written by one of our own monitors (`triage watch`), not by a person."""
+        return self.author in MONITOR_AUTHORS
 
 
 def read_notes(incident: str | Path) -> tuple[list[Note], list[str]]:

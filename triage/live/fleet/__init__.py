@@ -1,0 +1,1 @@
+"""A fleet classified from the series Prometheus holds (`triage classify --prometheus`)."""

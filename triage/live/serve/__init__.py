@@ -1,0 +1,1 @@
+"""The Alertmanager webhook receiver (`triage serve`): payloads, queue, incidents, posts."""

@@ -1,0 +1,509 @@
+"""Will this model, with these flags, start on this GPU, and what does a burst do to it?
+
+Computed from the model's config.json: the weights per GPU, the KV cache per token, per block
+and per sequence. Estimated (each with its basis): the profiling run's peak, non-torch memory and
+CUDA graphs. The KV cache is what the engine's budget leaves after them; its capacity in tokens,
+the concurrency it allows at max_model_len and the burst that fills it follow.
+
+The verdict, first match wins:
+  will_fail_at_startup   the start-up checks of the engine refuse it, or an allocation of the
+                         start-up itself (weights, graph capture) cannot fit;
+  will_fail_under_burst  it starts, but what is left of the card outside the engine's budget is
+                         under the margin a burst's activation spikes, NCCL and allocator slack
+                         need (thresholds util_no_headroom: 5% of the card);
+  tight                  it starts and survives a burst, but a burst of max_num_seqs sequences
+                         fills the KV cache before each reaches max_model_len (the engine then
+                         preempts: requests stall, nothing crashes), or the KV cache holds one
+                         max_model_len sequence only within the estimates' error;
+  fits                   otherwise.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from ..errors import TriageError
+from ..memory import estimate
+from ..memory.config import ModelShape
+from ..memory.kv import KvLayout, layout
+from ..memory.precision import QUANT_OPTIONS, dtype_bytes, kv_dtype_bytes, quant_bytes, weight_bytes
+from ..memory.weights import weights as weights_of
+from ..model import Recommendation
+from ..thresholds import FREE_MARGIN, TABLE
+from .engines import Sizing
+from .gpus import Gpu
+
+GiB = 1 << 30
+FITS, TIGHT, FAILS_STARTUP, FAILS_BURST = "fits", "tight", "will_fail_at_startup", "will_fail_under_burst"
+VERDICT_TEXT = {FITS: "fits", TIGHT: "tight", FAILS_STARTUP: "will fail at start-up",
+                FAILS_BURST: "will fail under a burst"}
+#: What is left of the card outside the engine's budget must be at least this share for a burst.
+BURST_MARGIN = round(1 - TABLE["util_no_headroom"].value, 4)
+#: The share of the estimated parts a fit must clear before it is called more than tight.
+ESTIMATE_ERROR = 0.10
+
+
+@dataclass(frozen=True)
+class Request:
+    """The flags the plan was asked about; None: the engine's own default."""
+
+    tp: int = 1
+    pp: int = 1
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    util: float | None = None
+    tenants: int = 0
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    label: str
+    value: float
+    unit: str                       # bytes, tokens, blocks, sequences, x
+    estimated: bool
+    basis: str
+
+
+@dataclass
+class Outcome:
+    """The arithmetic for one GPU."""
+
+    gpu: Gpu
+    settings: dict[str, tuple[Any, str]]          # value and where it comes from
+    figures: dict[str, Figure]
+    kv: KvLayout
+    pool: int
+    headroom: int
+    one_seq: int
+    capacity: int
+    concurrency: float
+    longest: int
+    verdict: str = FITS
+    reasons: list[str] = field(default_factory=list)
+    burst: tuple[int, int] | None = None
+    free_at_start: int | None = None
+
+    def value(self, name: str) -> Any:
+        return self.settings[name][0]
+
+    @property
+    def max_num_seqs_supported(self) -> int:
+        return int(self.pool // self.one_seq) if self.one_seq and self.pool > 0 else 0
+
+
+@dataclass
+class Plan:
+    shape: ModelShape
+    request: Request
+    sizing: Sizing
+    outcome: Outcome
+    assumptions: list[str]
+    recommendations: list[Recommendation]
+    command: str
+    rows: list[Outcome]
+    smallest_runs: Gpu | None       # starts and survives a burst (fits or tight)
+    smallest_fits: Gpu | None
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+# --- precision ------------------------------------------------------------------------------------
+
+def precision(shape: ModelShape, req: Request) -> tuple[float, str, float | None, str | None, float, str]:
+    """(dtype bytes, its basis, quantised bytes per weight or None, its basis, KV bytes, basis)."""
+    if req.dtype and req.dtype != "auto":
+        size, why = dtype_bytes(req.dtype) or 2.0, f"{req.dtype} (--dtype)"
+    elif shape.dtype and dtype_bytes(shape.dtype) == 4.0:
+        size, why = 2.0, f"16-bit (config.json torch_dtype {shape.dtype}: --dtype auto serves float32 checkpoints in 16 bits)"
+    elif shape.dtype and dtype_bytes(shape.dtype):
+        size, why = shape.dtype_bytes, f"{shape.dtype} (config.json torch_dtype; --dtype auto)"
+    else:
+        size, why = 2.0, "16-bit (config.json names no torch_dtype: assumed)"
+    qsize, qwhy = None, None
+    if shape.quant is not None:
+        qsize, qwhy = shape.quant.bytes_per_weight, shape.quant.text
+    elif req.quantization:
+        q = quant_bytes(req.quantization)
+        if q is None:
+            raise TriageError(f"--quantization {req.quantization!r}: the bytes a weight takes in it are not known "
+                              "(known: fp8, int8, awq, gptq, bitsandbytes, marlin, w4a16, w8a8)")
+        qsize, qwhy = weight_bytes(q), f"{req.quantization} (--quantization), {weight_bytes(q):g} bytes per weight"
+    kv = kv_dtype_bytes(req.kv_cache_dtype, size)
+    if kv is None:
+        raise TriageError(f"--kv-cache-dtype {req.kv_cache_dtype!r}: not a KV-cache dtype this arithmetic knows "
+                          "(auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16)")
+    kv_why = f"{req.kv_cache_dtype} (--kv-cache-dtype)" if req.kv_cache_dtype not in (None, "auto") else \
+        "the model's dtype (--kv-cache-dtype auto)"
+    return size, why, qsize, qwhy, kv, kv_why
+
+
+# --- one GPU ----------------------------------------------------------------------------------------
+
+def settings_for(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> dict[str, tuple[Any, str]]:
+    if req.max_model_len:
+        length = (req.max_model_len, "--max-model-len")
+    elif shape.max_position:
+        length = (shape.max_position, "config.json max_position_embeddings (the engine's default)")
+    else:
+        raise TriageError(f"{shape.source}: no max_position_embeddings: give --max-model-len")
+    defaults = sizing.defaults(gpu.memory, gpu.a100, length[0], req.tp, req.pp)
+    out: dict[str, tuple[Any, str]] = {"max_model_len": length}
+    for name, given, flag in (("gpu_memory_utilization", req.util, "--gpu-memory-utilization"),
+                              ("max_num_seqs", req.max_num_seqs, "--max-num-seqs"),
+                              ("max_num_batched_tokens", req.max_num_batched_tokens, "--max-num-batched-tokens")):
+        out[name] = (given, flag) if given is not None else defaults[name]
+    return out
+
+
+def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outcome:
+    s = settings_for(shape, gpu, req, sizing)
+    size, size_why, qsize, qwhy, kv_size, kv_why = precision(shape, req)
+    total, tenants = gpu.memory, req.tenants
+    length, util = int(s["max_model_len"][0]), float(s["gpu_memory_utilization"][0])
+    seqs, tokens = int(s["max_num_seqs"][0]), int(s["max_num_batched_tokens"][0])
+    gpus = req.tp * req.pp
+    w = weights_of(shape, dtype_bytes=size, quant_bytes=qsize, quant_text=qwhy, tp=req.tp, pp=req.pp)
+    kvl = layout(shape, kv_size, tp=req.tp, pp=req.pp, block=1 if sizing.engine == "sglang" else 16,
+                 windows=sizing.windows)
+    sampled = min(seqs, tokens) if sizing.engine == "vllm" else min(seqs, 256)
+    peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size)
+    other = estimate.non_torch(gpus, whole_process=sizing.engine == "vllm" and not sizing.v1)
+    graphs = estimate.Estimate(0, "none: --enforce-eager") if req.enforce_eager else estimate.cuda_graphs(shape, req.pp)
+    budget = int(util * total)
+    f: dict[str, Figure] = {}
+
+    def put(key: str, label: str, value: float, unit: str, est: bool, basis: str) -> None:
+        f[key] = Figure(key, label, value, unit, est, basis)
+
+    put("weights_per_gpu", "weights per GPU", w.per_gpu, "bytes", not w.computed, w.basis)
+    put("kv_bytes_per_position", "KV cache per token", kvl.per_token, "bytes", False, kvl.formula)
+    put("kv_bytes_per_block", "KV cache per block", kvl.per_block, "bytes", False,
+        f"{kvl.block} tokens a block" if kvl.block > 1 else "one token a page (SGLang)")
+    share = "mem_fraction_static" if sizing.engine == "sglang" else "gpu_memory_utilization"
+    put("budget", "engine budget", budget, "bytes", gpu.estimated, f"{share} {util:g} x {gib(total)} ({gpu.source})")
+    put("profile_peak", "profiling peak (activations)", peak.bytes, "bytes", True, peak.basis)
+    put("non_torch", "non-torch memory", other.bytes, "bytes", True, other.basis)
+    graphs_in = sizing.engine == "vllm" and sizing.graphs_in_budget
+    where = "inside the budget (profiled since vLLM 0.21)" if graphs_in else \
+        "outside the budget (captured after the KV cache is sized)"
+    put("cuda_graphs", "CUDA graphs", graphs.bytes, "bytes", bool(graphs.bytes),
+        f"{graphs.basis}; {where}" if graphs.bytes else graphs.basis)
+    if tenants:
+        put("other_tenants", "other processes on the GPU", tenants, "bytes", False, "--other-tenants-bytes")
+    reasons: list[str] = []
+    free_at_start = total - tenants - estimate.CUDA_CONTEXT
+    if sizing.engine == "sglang":
+        # SGLang's pool is what mem_fraction_static leaves after the weights; activations and graphs live outside it
+        pool = budget - tenants - other.bytes - w.per_gpu
+        headroom = total - budget - graphs.bytes - peak.bytes
+    else:
+        inside = w.per_gpu + peak.bytes + other.bytes + (graphs.bytes if graphs_in else 0)
+        pool = budget - inside - (0 if sizing.v1 else tenants)
+        headroom = total - budget - (tenants if sizing.v1 else 0) - (0 if graphs_in else graphs.bytes)
+    put("kv_cache", "KV cache", max(pool, 0), "bytes", True,
+        f"budget {gib(budget)} less the weights, the profiling peak, non-torch memory"
+        + (", CUDA graphs" if graphs_in and graphs.bytes else "")
+        + (" and the other processes (V0 counts them in the budget)" if tenants and not sizing.v1 and
+           sizing.engine == "vllm" else ""))
+    one = kvl.sequence(length)
+    capacity = kvl.tokens(max(pool, 0), length)
+    if sizing.engine == "sglang" and req.max_num_seqs is None:
+        s["max_num_seqs"] = (max(1, min(4096, capacity // 2)), "SGLang's default: half the pool's tokens, at most 4096")
+    concurrency = max(pool, 0) / one if one else 0.0
+    longest = kvl.longest(max(pool, 0), cap=shape.max_position or length)
+    blocks = max(pool, 0) // kvl.per_block if kvl.per_block else 0
+    put("kv_capacity_tokens", "KV cache capacity", capacity, "tokens", True,
+        f"{blocks:,} blocks x {kvl.block} tokens" if kvl.block > 1 and not kvl.windowed else
+        f"{gib(max(pool, 0))} / {kvl.per_token:,} bytes per token")
+    put("max_concurrency", f"sequences of {length:,} tokens at once", round(concurrency, 2), "x", True,
+        f"{gib(max(pool, 0))} / {gib(one)} per sequence")
+    put("longest_sequence", "longest sequence the KV cache holds", longest, "tokens", True,
+        "in whole blocks, at most max_position_embeddings" if kvl.block > 1 else "at most max_position_embeddings")
+    put("headroom", "left outside the budget", headroom, "bytes", True,
+        f"{gib(total)} - budget" + (" - other processes" if tenants and sizing.v1 and sizing.engine == "vllm" else "")
+        + ("" if graphs_in or not graphs.bytes else " - CUDA graphs")
+        + (" - the profiling peak (SGLang runs activations outside mem_fraction_static)" if sizing.engine == "sglang"
+           else ""))
+    out = Outcome(gpu, s, f, kvl, pool, headroom, one, capacity, concurrency, longest, reasons=reasons,
+                  free_at_start=free_at_start if tenants else None)
+    _verdict(out, shape, req, sizing, w.per_gpu, budget, peak.bytes + other.bytes + graphs.bytes, graphs.bytes)
+    return out
+
+
+def _verdict(o: Outcome, shape: ModelShape, req: Request, sizing: Sizing, weights: int, budget: int,
+             estimated: int, graphs: int) -> None:
+    total, tenants = o.gpu.memory, req.tenants
+    length, seqs = int(o.value("max_model_len")), int(o.value("max_num_seqs"))
+    start: list[str] = []
+    if shape.max_position and length > shape.max_position and sizing.engine == "vllm":
+        start.append(f"max_model_len {length:,} is above the model's max_position_embeddings "
+                     f"{shape.max_position:,}: vLLM refuses it")
+    if weights > total - tenants:
+        start.append(f"the weights alone ({gib(weights)} per GPU) do not fit the card's {gib(total)}" if not tenants else
+                     f"the weights alone ({gib(weights)} per GPU) do not fit the {gib(total - tenants)} other "
+                     "processes leave of the card")
+    elif sizing.engine == "vllm" and sizing.v1 and tenants and (o.free_at_start or 0) < budget:
+        start.append(f"about {gib(o.free_at_start or 0)} is free at start-up ({gib(total)} less "
+                     f"{gib(tenants)} of other processes and this server's CUDA context) and vLLM V1 refuses to start "
+                     f"with less than its budget {gib(budget)} free")
+    if not start:
+        if o.pool <= 0:
+            start.append(("SGLang: 'Not enough memory. Please try to increase --mem-fraction-static'" if
+                          sizing.engine == "sglang" else "no memory for the KV cache blocks") +
+                         f": the budget {gib(budget)} is spent before the KV cache ({gib(budget - o.pool)} "
+                         "of weights, profiling peak and the rest)")
+        elif o.pool < o.one_seq and sizing.engine == "vllm":
+            start.append(f"one sequence of max_model_len {length:,} tokens needs {gib(o.one_seq)} of KV cache and "
+                         f"{gib(o.pool)} is left for it: vLLM refuses to start (the longest that fits: "
+                         f"{o.longest:,} tokens)")
+        room = total - budget - (tenants if sizing.engine == "vllm" and sizing.v1 else 0)
+        if graphs and graphs > room and not (sizing.engine == "vllm" and sizing.graphs_in_budget):
+            start.append(f"CUDA graph capture needs about {gib(graphs)} beyond the budget and the card has "
+                         f"{gib(max(room, 0))} left there")
+    if start:
+        o.verdict, o.reasons = FAILS_STARTUP, start
+        return
+    margin = int(BURST_MARGIN * total)
+    if o.capacity < seqs * length:
+        o.burst = (seqs, max(1, o.capacity // seqs))
+    if o.headroom < margin:
+        n, l = o.burst or (seqs, length)
+        fills = "fills the KV cache and drives" if o.burst else "(max_num_seqs at max_model_len) drives"
+        o.verdict = FAILS_BURST
+        o.reasons = [f"only {gib(max(o.headroom, 0))} of the card is left outside the engine's budget, under the "
+                     f"{BURST_MARGIN:.0%} ({gib(margin)}) a burst needs for activation spikes, NCCL and allocator slack "
+                     f"(thresholds util_no_headroom); a burst of {n:,} x {l:,} tokens {fills} the engine to its peak"]
+        o.burst = (n, l)
+        return
+    tight = []
+    if o.burst:
+        n, l = o.burst
+        tight.append(f"a burst of {n:,} sequences x {l:,} tokens fills the KV cache ({o.capacity:,} tokens) before "
+                     f"each reaches max_model_len {length:,}; the engine then preempts (requests stall, nothing "
+                     f"crashes); {o.max_num_seqs_supported:,} sequences of {length:,} tokens fit at once")
+    if sizing.engine == "sglang" and o.capacity < length:
+        tight.append(f"the pool holds {o.capacity:,} tokens, fewer than context_length {length:,}: SGLang starts but "
+                     "cannot serve a request that long")
+    elif o.pool - o.one_seq < ESTIMATE_ERROR * estimated:
+        tight.append(f"the KV cache holds one {length:,}-token sequence with {gib(o.pool - o.one_seq)} to spare, "
+                     f"within {ESTIMATE_ERROR:.0%} of the estimated parts ({gib(estimated)})")
+    if tight:
+        o.verdict, o.reasons = TIGHT, tight
+    else:
+        o.reasons = [f"it starts with {gib(o.pool)} of KV cache, {o.capacity:,} tokens: all {seqs:,} sequences can "
+                     f"reach max_model_len {length:,} at once"]
+
+
+# --- the whole plan ---------------------------------------------------------------------------------
+
+def make_plan(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing, model_arg: str) -> Plan:
+    from .gpus import table
+
+    if req.tp < 1 or req.pp < 1:
+        raise TriageError("--tp and --pp must be at least 1")
+    main = evaluate(shape, gpu, req, sizing)
+    rows = [evaluate(shape, g, replace(req, tenants=0), sizing) for g in table()]     # each a GPU of its own
+    recs = recommend(shape, main, req, sizing, rows)
+    return Plan(shape, req, sizing, main, assumptions(shape, main, req, sizing), recs,
+                command(shape, main, req, sizing, recs, model_arg), rows,
+                next((r.gpu for r in rows if r.verdict in (FITS, TIGHT)), None),
+                next((r.gpu for r in rows if r.verdict == FITS), None))
+
+
+def assumptions(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> list[str]:
+    size, size_why, _, qwhy, kv_size, kv_why = precision(shape, req)
+    out = [f"engine: {sizing.label}", f"weights in {size_why}" + (f"; quantised: {qwhy}" if qwhy else ""),
+           f"KV cache in {kv_why}: {kv_size:g} bytes per element",
+           "KV blocks of 16 tokens (vLLM's default)" if sizing.engine == "vllm" else "KV pages of one token (SGLang)"]
+    for name, (value, origin) in o.settings.items():
+        if not origin.startswith("--"):
+            out.append(f"{name} {value:,}" if isinstance(value, int) else f"{name} {value:g}")
+            out[-1] += f": {origin}"
+    if req.tp > 1 or req.pp > 1:
+        out.append(f"{req.tp} tensor-parallel x {req.pp} pipeline GPU(s): the figures are for the busiest GPU")
+    if o.kv.window and not sizing.windows:
+        out.append("sliding-window layers get a full KV cache (this vLLM version has no hybrid KV allocator)")
+    if shape.vision:
+        out.append(f"vision encoder: {shape.vision.basis} (estimated)")
+    if o.gpu.estimated:
+        out.append(f"{o.gpu.name}: memory {gib(o.gpu.memory)} estimated, not seen in a log")
+    out.append("estimated, with their basis: the profiling peak, non-torch memory and CUDA graphs, and so what "
+               "is left for the KV cache; computed from config.json: the weights and the KV cache per token")
+    return out
+
+
+def recommend(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, rows: list[Outcome]) -> list[Recommendation]:
+    """Settings that make it start (applied together on the command line, each checked by
+    evaluating the plan again), then what survives a burst; options for a person (free the GPU,
+    a quantised checkpoint, a bigger GPU) where the launch alone cannot do it."""
+    out: list[Recommendation] = []
+    now, cur, base = o, req, req
+    if o.verdict == FAILS_STARTUP:
+        makers = []
+        for step in (_fix_tenants, _fix_weights, _fix_length, _fix_graphs):
+            if now.verdict != FAILS_STARTUP:
+                break
+            got = step(shape, now, cur, sizing)
+            if got is not None:
+                makers.append(got[0])
+                cur = got[1]
+                base = cur if step is _fix_tenants else base
+                now = evaluate(shape, o.gpu, cur, sizing)
+        out += [make(now) for make in makers]     # each why tells what the changes together leave
+        if now.verdict == FAILS_STARTUP or cur.tp != req.tp:
+            out += _elsewhere(shape, o, req, base, sizing, rows)
+        if now.verdict == FAILS_STARTUP:
+            return [r for r in out if r.manual]          # no launch change alone makes it start
+    if now.verdict == FAILS_BURST:
+        util = float(now.value("gpu_memory_utilization"))
+        for target in (0.92, 0.9, 0.88, 0.85, 0.8):
+            lower = evaluate(shape, o.gpu, replace(cur, util=target), sizing) if target < util else None
+            if lower is not None and lower.verdict in (FITS, TIGHT):
+                out.append(Recommendation("gpu_memory_utilization", util, target, (
+                    f"leaves {gib(lower.headroom)} outside the budget, at least the {BURST_MARGIN:.0%} of the card a "
+                    f"burst needs, and still {gib(lower.pool)} of KV cache ({lower.capacity:,} tokens)"), "plan"))
+                now = lower
+                break
+    seqs, length = int(now.value("max_num_seqs")), int(now.value("max_model_len"))
+    # A cap of one sequence serves nobody well: there the length is what to cut (the P99, not the maximum).
+    if now.burst and 2 <= now.max_num_seqs_supported < seqs:
+        n = now.max_num_seqs_supported
+        out.append(Recommendation("max_num_seqs", seqs, n, (
+            f"{n:,} sequences of max_model_len {length:,} fit the KV cache at once ({gib(now.pool)} / "
+            f"{gib(now.one_seq)}), so no burst the server admits can fill it; where real sequences are shorter, "
+            f"{now.capacity:,} tokens / your P99 length is the cap instead"), "plan"))
+    return out
+
+
+# A start-up fix: (the Recommendation, made from the outcome it leads to; the changed Request).
+Fix = tuple[Callable[[Outcome], Recommendation], Request]
+
+
+def _fix_tenants(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> Fix | None:
+    """vLLM V1 with other processes on the GPU: the target that what is free allows."""
+    if o.free_at_start is None or o.free_at_start >= o.figures["budget"].value:
+        return None
+    target = math.floor((o.free_at_start / o.gpu.memory - FREE_MARGIN) * 100) / 100
+    if target < 0.05:
+        return None
+    util = float(o.value("gpu_memory_utilization"))
+    return (lambda new: Recommendation("gpu_memory_utilization", util, target, (
+        f"{gib(o.free_at_start)} of {gib(o.gpu.memory)} is free beside the other processes: {target:g} is that share "
+        f"less {FREE_MARGIN:.0%} of the card{_together(new)}"), "plan"),
+        replace(req, util=target))
+
+
+def _fix_weights(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> Fix | None:
+    """No room for the KV cache: the fewest tensor-parallel GPUs that start at max_model_len,
+    else the fewest that leave any KV cache."""
+    if o.pool > 0:
+        return None
+    tried = [(tp, evaluate(shape, o.gpu, replace(req, tp=tp), sizing)) for tp in (2, 4, 8) if tp > req.tp]
+    best = next((tp for tp, t in tried if t.verdict != FAILS_STARTUP), None) or \
+        next((tp for tp, t in tried if t.pool > 0), None)
+    if best is None:
+        return None
+    return (lambda new: Recommendation("tensor_parallel_size", req.tp, best, (
+        f"over {best} GPUs each holds {gib(new.figures['weights_per_gpu'].value)} of weights (every GPU needs the "
+        f"same room){_together(new)}"), "plan"), replace(req, tp=best))
+
+
+def _fix_length(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> Fix | None:
+    """The KV cache cannot hold one max_model_len sequence: the longest it holds (vLLM's own
+    estimate of the maximum model length)."""
+    if not 0 < o.pool < o.one_seq or o.longest < o.kv.block:
+        return None
+    length = int(o.value("max_model_len"))
+    return (lambda new: Recommendation("max_model_len", length, o.longest, (
+        f"the KV cache ({gib(o.pool)}) holds {o.longest:,} tokens of one sequence, "
+        f"{o.figures['kv_bytes_per_block'].value:,.0f} bytes a {o.kv.block}-token block; set it to your real P99 "
+        f"prompt+response if lower{_together(new)}"), "plan"), replace(req, max_model_len=o.longest))
+
+
+def _fix_graphs(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> Fix | None:
+    if req.enforce_eager or not o.figures["cuda_graphs"].value:
+        return None
+    return (lambda new: Recommendation("enforce_eager", False, True, (
+        f"CUDA graphs (about {gib(o.figures['cuda_graphs'].value)}) do not fit beside the budget; eager mode needs "
+        f"no graph memory{_together(new)}"), "plan"), replace(req, enforce_eager=True))
+
+
+def _together(new: Outcome) -> str:
+    if new.verdict == FAILS_STARTUP:
+        return "; not enough alone: see the options below"
+    return f"; with the changes here it starts with {gib(new.pool)} of KV cache ({new.capacity:,} tokens)"
+
+
+def _elsewhere(shape: ModelShape, o: Outcome, req: Request, base: Request, sizing: Sizing,
+               rows: list[Outcome]) -> list[Recommendation]:
+    """What a person can do where these flags do not start on this GPU: free it of the other
+    processes, serve a quantised checkpoint (on the GPU as it is: `base`, at the target what is
+    free allows), or take the smallest GPU of the table they run on."""
+    out: list[Recommendation] = []
+    if req.tenants:
+        alone = evaluate(shape, o.gpu, replace(req, tenants=0), sizing)
+        if alone.verdict in (FITS, TIGHT):
+            out.append(Recommendation("other_gpu_processes", gib(req.tenants), "none", (
+                f"with the GPU to itself the server starts at these flags: {gib(alone.pool)} of KV cache "
+                f"({alone.capacity:,} tokens)"), "plan", manual=True))
+    if shape.quant is None and not req.quantization:
+        for name, size in QUANT_OPTIONS:
+            smaller = evaluate(shape, o.gpu, replace(base, quantization="fp8" if size >= 1 else "awq"), sizing)
+            if smaller.verdict in (FITS, TIGHT):
+                out.append(Recommendation("checkpoint", shape.name, f"{name} checkpoint of it", (
+                    f"{gib(smaller.figures['weights_per_gpu'].value)} of weights per GPU instead of "
+                    f"{gib(o.figures['weights_per_gpu'].value)}, leaving {gib(smaller.pool)} of KV cache "
+                    f"({smaller.capacity:,} tokens)"), "plan", manual=True))
+                break
+    bigger = next((r for r in rows if r.verdict in (FITS, TIGHT) and r.gpu.memory > o.gpu.memory), None)
+    if bigger is not None:
+        out.append(Recommendation("gpu", o.gpu.name, bigger.gpu.name, (
+            f"the smallest GPU of the table these flags run on: {gib(bigger.pool)} of KV cache there "
+            f"({bigger.capacity:,} tokens)"), "plan", manual=True))
+    return out
+
+
+def command(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, recs: list[Recommendation],
+            model_arg: str) -> str:
+    """The launch these flags make, with the recommendations applied (advice.apply_changes)."""
+    from ..advice import apply_changes
+    from ..evidence.kinds import Kind
+    from ..launch import rebuild
+    from ..model import Evidence
+
+    sg = sizing.engine == "sglang"
+    model = shape.name if "/" in shape.name and not shape.name.startswith(("/", ".")) else model_arg
+    args: dict[str, Any] = {"model_path" if sg else "model": model}
+    names = {"tp": "tp_size" if sg else "tensor_parallel_size", "pp": "pp_size" if sg else "pipeline_parallel_size",
+             "max_model_len": "context_length" if sg else "max_model_len",
+             "gpu_memory_utilization": "mem_fraction_static" if sg else "gpu_memory_utilization",
+             "max_num_seqs": "max_running_requests" if sg else "max_num_seqs",
+             "max_num_batched_tokens": "chunked_prefill_size" if sg else "max_num_batched_tokens"}
+    if req.tp > 1:
+        args[names["tp"]] = req.tp
+    if req.pp > 1:
+        args[names["pp"]] = req.pp
+    for key in ("dtype", "kv_cache_dtype", "quantization"):
+        if getattr(req, key) not in (None, "auto"):
+            args[key] = getattr(req, key)
+    for key in ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens"):
+        value, origin = o.settings[key]
+        if origin.startswith("--") or key in ("max_model_len", "gpu_memory_utilization", "max_num_seqs"):
+            args[names[key]] = value
+    if req.enforce_eager:
+        args["disable_cuda_graph" if sg else "enforce_eager"] = True
+    record = Evidence("plan", None, Kind.LAUNCH_CONFIG.value, "", fields={"origin": "non-default args", "args": args})
+    rebuilt = rebuild([record], sizing.engine, sizing.version, None)
+    argv = rebuilt.argv if rebuilt else ["vllm", "serve", model]
+    argv, env = apply_changes(argv, recs, sizing.engine, sizing.version, None)
+    return " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(argv)])
