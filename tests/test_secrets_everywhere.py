@@ -636,3 +636,31 @@ def test_the_console_masks_before_it_wraps():
     console.print(Panel(Text(long_line), title=f"Bearer {_K}"))
     assert not any(p in out.getvalue() for p in fragments(_K)), out.getvalue()
     assert "***" in out.getvalue()
+
+
+# One example of every known secret shape, alone in an ordinary log line: the literal pre-checks
+# that let mask_text skip most text must never skip one of these.
+SHAPE_EXAMPLES = [
+    "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3",
+    "sk-" + "proj4f9Kd82LmZq0Xw7y",
+    "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "rk_test_" + "51H8dkfj38fhJDKs93kdLq",
+    "ghp_" + "x7Yb2Kc9Lm4Np6Qr8St0Uv2Wx4Yz6Ab8Cd0E",
+    "github_pat_" + "11ABCDEFG0abcdefghijklmnopqrstuvwxyz",
+    "glpat-" + "xY7zK2mN9pQ4rS6tV8wB",
+    "npm_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3fG5h",
+    "xoxb-" + "1234567890-abcdefABCDEF",
+    "AIza" + "SyA1bC2dE3fG4hI5jK6lM7nO8pQ9rS0tU",
+    "ya29." + "a0AfH6SMBx7Yb2Kc9Lm4Np6Qr8",
+    "ASIA" + "Y3FDSNDKFKSIDJSH",
+    "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlX2hlcmU",
+]
+
+
+@pytest.mark.parametrize("secret", SHAPE_EXAMPLES, ids=lambda s: s[:6])
+def test_every_known_secret_shape_is_masked_in_plain_text(secret):
+    from triage.redact import mask_text
+
+    line = f"INFO 11-06 10:05:01 engine.py:288] downloading with {secret} from the hub"
+    masked = mask_text(line)
+    assert secret not in masked and "***" in masked
