@@ -30,8 +30,8 @@ from triage.evidence.kinds import Kind
 from triage.model import OomClass
 
 from .conftest import SAMPLES
-from .simkit import MODEL, START_S, complete, kill_group, words
-from .test_sim import start_sim  # noqa: F401  (the simulator fixture: one process group per server, killed after)
+from .simkit import MODEL, SMALL_CARD, START_S, complete, kill_group, words
+from .test_sim import start_sim, until_failure  # noqa: F401  (the simulator fixture: one process group per server, killed after)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "fork"),
                                 reason="collect reads /proc; the simulator's process tree needs fork")
@@ -217,6 +217,39 @@ def test_chronic_oom_after_serving_bundle_and_tarball_classify_like_the_log(star
     pm = triage("postmortem", f"{out}.tar.gz", "-o", "-")
     assert pm.returncode == 0 and "chronic" in pm.stdout.lower()
     assert sim.proc.poll() is None, "collect changes nothing on the host"
+
+
+def _burst(start_sim):
+    sim = start_sim("--scenario", "burst", "--max-num-batched-tokens", "8192", *SMALL_CARD)
+    threads = [threading.Thread(target=complete, args=(sim.url, words(3200, f"b{i}"), 100, 30), daemon=True)
+               for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(40)
+    return sim
+
+
+def _prefix_cache(start_sim):
+    sim = start_sim("--scenario", "prefix_cache", "--enable-prefix-caching", *SMALL_CARD)
+    until_failure(sim.url, lambda i: words(2400, f"p{i}"), max_tokens=25, limit=30)
+    return sim
+
+
+@pytest.mark.parametrize("drive, expected", [(_burst, OomClass.BURST), (_prefix_cache, OomClass.PREFIX_CACHE)],
+                         ids=["burst", "prefix_cache"])
+def test_runtime_oom_bundles_classify_like_the_servers_own_log(start_sim, tmp_path, drive, expected):
+    """The engine died while serving (the front end answers 503): the bundle's scrapes, health and
+    log tail give the class the simulator's whole log gives."""
+    sim = drive(start_sim)
+    assert class_of(sim.log) is expected
+    out = tmp_path / "INC"
+    done = collect(out, "--vllm-url", sim.url, "--log", str(sim.log), *QUICK)
+    assert done.returncode == 0, done.stderr
+    check_manifest(out)
+    assert sources(out)["health"]["detail"] == "HTTP 503: the server answers but is not healthy"
+    assert list((out / "metrics").iterdir()), "the scrapes of a dead engine's front end are kept"
+    assert class_of(out) is expected
 
 
 # --- time limits ---------------------------------------------------------------------------------
