@@ -26,8 +26,9 @@ from typing import Any, Iterable
 from .evidence.kinds import Kind
 from .flowchart.knowledge import version_tuple
 from .model import Evidence
+from .paths import data_file
 
-DATA = Path(__file__).resolve().parent / "data" / "launch_flags.yaml"
+DATA = data_file("launch_flags.yaml")
 _KINDS = {"model", "value", "store_true", "bool_optional", "list", "json", "drop"}
 _ENTRY_KEYS = {"kind", "secret", "env", "since", "why", "kv_list_before"}
 # The record each origin is (launch_config records' `origin` field), most complete first.

@@ -6,8 +6,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 
+def data_file(name: str) -> Path:
+    """A reviewed data file of the package (triage/data/NAME): signatures, thresholds' tables, schemas."""
+    return PACKAGE / "data" / name
+
+
 def verdict_schema_path() -> Path:
-    return PACKAGE / "data" / "verdict.schema.json"
+    return data_file("verdict.schema.json")
 
 
 def _bundled(name: str) -> Path:

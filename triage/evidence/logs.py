@@ -193,7 +193,7 @@ class LogScanner:
 
     def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
         self.line = raw
-        self.repeats.touched.clear()
+        self.repeats.new_line()
         if self.records == self.fed_records:
             self.quiet_line = self.fed_line       # the line fed before this one made no record
         self.fed_line, self.fed_records = lineno, self.records
@@ -295,9 +295,7 @@ class LogScanner:
         only repeated records, remember the traceback's bytes for skip_block — from the line
         before it when that one made no record either (uvicorn's "Exception in ASGI application")."""
         first, self.repeated_tb = self.repeated_tb, None
-        starts = sum(1 for fam, line in self.repeats.touched if fam in self.repeats.open
-                     and self.repeats.open[fam].last_line == line and self.repeats.open[fam].count == 1)
-        if first is None or self.busy or self.records - self.fed_records != starts:
+        if first is None or self.busy or self.records - self.fed_records != self.repeats.started:
             return
         start = end
         for _ in range(lineno - first + 1):       # back to the block's first line, within buf

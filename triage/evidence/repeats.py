@@ -122,8 +122,14 @@ class RepeatBuckets:
         self.open: dict[str, _Bucket] = {}
         self.heads = 0
         self.touched: list[tuple[str, int]] = []    # (family, line) counted or started by the line being fed
+        self.started = 0                            # buckets the line being fed started (each one a record)
         self.block: RepeatedBlock | None = None
         self._clock: tuple[tuple[datetime | None, int], bytes | None] = ((None, -1), None)
+
+    def new_line(self) -> None:
+        """A line is about to be fed: what it counts or starts is recorded afresh."""
+        self.touched.clear()
+        self.started = 0
 
     def learn_block(self, data: bytes, first_line: int, other_marks: tuple[bytes, ...]) -> None:
         """`data` (whole lines from `first_line`) made only the records of `touched`."""
@@ -190,6 +196,7 @@ class RepeatBuckets:
             return                   # a line with no time: its own record, no bucket
         self.open[fam] = _Bucket(key, head, 1, lineno, bytes(raw))
         self.touched.append((fam, lineno))
+        self.started += 1
         self.heads += 1
 
     def close(self) -> None:

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..datafile import entry_label, shape_problem
+from ..paths import data_file
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "signatures.yaml"
+DATA = data_file("signatures.yaml")
 COMPILED = DATA.with_suffix(".compiled.json")
 
 Fields = dict[str, Any]

@@ -9,9 +9,10 @@ from pathlib import Path
 from ..datafile import entry_label, shape_problem
 from ..evidence.kinds import Kind
 from ..model import Evidence
+from ..paths import data_file
 from ..units import whole
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "known_bugs.yaml"
+DATA = data_file("known_bugs.yaml")
 _MM_MODEL = re.compile(r"(?:vl\b|-vl-|vision|llava|pixtral|mllama|image|multimodal|-mm-|qwen2?\.?5?-?vl|internvl|minicpm-v)", re.I)
 
 

@@ -7,8 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import TriageError
+from ..paths import data_file
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
+DATA = data_file("gpus.yaml")
 GiB = 1 << 30
 _KEYS = {"name", "class_gb", "memory_gib", "aliases", "seen", "a100"}
 

@@ -27,9 +27,9 @@ from typing import Iterable, Mapping
 
 import yaml
 
-from ..paths import PACKAGE
+from ..paths import data_file
 
-EXEC_ENV_DATA = PACKAGE / "data" / "exec_env.yaml"
+EXEC_ENV_DATA = data_file("exec_env.yaml")
 
 
 @dataclass(frozen=True)

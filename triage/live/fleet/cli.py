@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ...output import echo_json
-from ...paths import PACKAGE
+from ...paths import data_file
 from .fleet import FleetReport, Window, classify_fleet, selector_matchers, to_json
 from .lifetimes import clock, utc
 from .promapi import CA_BUNDLE_ENV, PromClient
@@ -21,7 +21,7 @@ from .promapi import CA_BUNDLE_ENV, PromClient
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_DEADLINE_S = 60.0
 DEFAULT_PARALLEL = 8
-SCHEMA_FILE = PACKAGE / "data" / "fleet.schema.json"
+SCHEMA_FILE = data_file("fleet.schema.json")
 _COLOURS = {"startup": "magenta", "burst": "red", "chronic": "yellow", "prefix_cache": "cyan",
             "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from ...errors import TriageError
-from ...paths import PACKAGE
+from ...paths import data_file
 from .readings import RISK_CLASSES, GpuView, Reading, ServerView
 
-SPEC_PATH = PACKAGE / "data" / "exporter_metrics.yaml"
+SPEC_PATH = data_file("exporter_metrics.yaml")
 
 Sample = tuple[dict[str, str], float]
 
