@@ -450,10 +450,10 @@ def test_write_is_atomic(tmp_path, monkeypatch):
     out = tmp_path / "pm.md"
     out.write_text("previous version\n")
 
-    def broken_replace(src, dst):
+    def broken_rename(src, dst, **dir_fds):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(render_mod.os, "replace", broken_replace)
+    monkeypatch.setattr(render_mod.os, "rename", broken_rename)     # the rename over the target fails
     with pytest.raises(PostmortemError, match="No space left on device"):
         render_mod.write_atomic(out, "new version\n")
     assert out.read_text() == "previous version\n"

@@ -290,6 +290,7 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
         session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
                                pids=pids, url=url, launch_command=launch_command, driver=driver,
                                deployment=deployment)
+        click.get_current_context().call_on_close(session.close)
     except TriageError as exc:            # a packed bundle is named as given, not by its temporary copy
         exc.args = tuple(str(a).replace(incident, given) for a in exc.args)
         if not isinstance(exc, NothingToRecover):

@@ -3,9 +3,10 @@ for the commands that read a bundle directory: timeline, postmortem, recover's p
 
 `classify` reads archives in place (triage.evidence.archive). The other commands also read
 notes.jsonl, actions.jsonl and the recovery logs as files, so the archive is listed with the same
-checks (absolute names, `..`, links, devices and FIFOs refused; the expanded size bounded like
-any compressed input) and its regular members are copied into a private temporary directory,
-removed when the command ends. Nothing is written beside the archive or outside that directory:
+checks (every member name normalised first; absolute names, `..`, drive letters, backslashes,
+NULs, links, devices and FIFOs refused; the expanded size bounded like any compressed input) and
+its regular members are created beneath the private temporary directory, held open by descriptor
+with no link followed on the way (`safedir.py`), and removed when the command ends. Nothing is written beside the archive or outside that directory:
 a command that would write into the bundle (`recover --execute`, `note`) is refused with the
 hint to extract it first.
 """
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import nullcontext
 import tempfile
 from pathlib import Path
 
 from .errors import BadInput
+from .safedir import HeldDir, checked_parts
 
 PACKED_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tar", ".zip")
 
@@ -76,27 +79,36 @@ def _unpack(path: str, into: Path) -> Path:
     root = into / (top or stem(path))
     for name, why in listing.refused:
         echo(f"triage: warning: {name}: {why}", err=True)
-    for member, data in listing.members:
-        rel = member.name[len(top) + 1:] if top else member.name
-        if top and not member.name.startswith(top + "/"):
-            continue                                      # outside the bundle's folder: not part of it
-        dest = root / rel
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with open(dest, "wb") as out:             # no links were let in: nothing here points elsewhere
-                if data is not None:
-                    out.write(data)
-                else:
-                    with member.open() as src:
-                        shutil.copyfileobj(src, out, 1 << 20)
-        except OSError as exc:                        # a name that is both a file and a folder in the archive
-            echo(f"triage: warning: {member.display}: cannot be read as part of the bundle ({exc.strerror or exc})",
-                 err=True)
-            continue
-        if member.mtime is not None:                      # a year-less log takes its year from the mtime
-            stamp = member.mtime.timestamp()
-            os.utime(dest, (stamp, stamp))
+    with HeldDir.open(into) as held, held.subdir(root.name, create=True, mode=0o700) as bundle:
+        for member, data in listing.members:
+            if top and not member.name.startswith(top + "/"):
+                continue                                  # outside the bundle's folder: not part of it
+            rel = member.name[len(top) + 1:] if top else member.name
+            try:
+                _extract(bundle, rel, member, data)
+            except (OSError, BadInput) as exc:            # a name that is both a file and a folder in the archive
+                why = exc.problem if isinstance(exc, BadInput) else (exc.strerror or str(exc))
+                echo(f"triage: warning: {member.display}: cannot be read as part of the bundle ({why})", err=True)
     return root
+
+
+def _extract(bundle: HeldDir, rel: str, member, data: bytes | None) -> None:
+    """One member, created beneath the held bundle directory: its name is resolved there, with no
+    link followed and nothing above the bundle reachable (the listing normalised every name)."""
+    parts = checked_parts(rel)
+    folder = "/".join(parts[:-1])
+    with (bundle.subdir(folder, create=True, mode=0o700) if folder else nullcontext(bundle)) as parent:
+        parent.unlink(parts[-1])                          # a member named twice: the later one wins, as tar does
+        fd = parent.create_new(parts[-1], 0o600)
+        with os.fdopen(fd, "wb") as out:
+            if data is not None:
+                out.write(data)
+            else:
+                with member.open() as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            if member.mtime is not None:                  # a year-less log takes its year from the mtime
+                stamp = member.mtime.timestamp()
+                os.utime(out.fileno(), (stamp, stamp))
 
 
 __all__ = ["is_packed", "stem", "unpacked"]

@@ -23,6 +23,7 @@ from typing import IO
 
 from ..bundle import INCIDENT_FILES, RELAUNCH_DIR
 from ..errors import BadInput
+from ..safedir import checked_parts, unsafe_name
 from ..timeref import MAX_YEAR, MIN_YEAR
 from .compressed import MAGIC_BYTES, MAX_RATIO, RATIO_AFTER, Inflated, codec_of
 
@@ -74,13 +75,14 @@ class Member:
 
     archive: str                  # the archive's path on disk
     kind: str                     # 'tar' | 'zip'
-    name: str                     # the member's name in the archive
+    name: str                     # the member's name, normalised (`INC//a` -> `INC/a`)
     size: int
     mtime: datetime | None
     offset: int = 0               # tar: where its data starts in the (decompressed) tar stream
     codec: str | None = None      # tar: the archive's compression
     cap: int = 0
     check_ratio: bool = True
+    stored: str | None = None     # zip: the name as stored, to open it by (when normalising changed it)
 
     def open(self) -> IO[bytes]:
         raw = open(self.archive, "rb")
@@ -89,7 +91,7 @@ class Member:
                 import zipfile
 
                 zf = zipfile.ZipFile(raw)
-                return io.BufferedReader(_Slice(self.display, zf.open(self.name), self.size, zf, raw), 1 << 16)
+                return io.BufferedReader(_Slice(self.display, zf.open(self.stored or self.name), self.size, zf, raw), 1 << 16)
             if self.codec is None:
                 raw.seek(self.offset)
                 return io.BufferedReader(_Slice(self.display, raw, self.size), 1 << 16)
@@ -194,12 +196,21 @@ def list_archive(path: str, kind: str, cap: int, explicit_cap: bool) -> Listing:
     return Listing(members, incident, refused)
 
 
-def _unsafe(name: str) -> str | None:
-    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        return "an absolute path"
-    if ".." in name.replace("\\", "/").split("/"):
-        return "a path with '..'"
-    return None
+def _safe_name(name: str) -> tuple[str, str | None]:
+    """(the member's name normalised, why it is refused or None).
+
+    Every name is normalised before anything looks at it: `INC//tmp/x` is `INC/tmp/x`, and
+    `./INC/./a` is `INC/a`. A name that could leave the bundle once its top folder is cut off
+    (absolute, `..`, a drive letter, a backslash, a NUL, nothing at all) is refused, not repaired."""
+    why = unsafe_name(name)
+    if why:
+        return name, why
+    return "/".join(checked_parts(name)), None
+
+
+def _shown(name: str) -> str:
+    """A refused name as a warning line can carry it: control characters escaped."""
+    return name.encode("unicode_escape", "backslashreplace").decode("ascii")[:200] if not name.isprintable() else name
 
 
 def _hidden(name: str) -> bool:
@@ -231,8 +242,9 @@ def _tar_members(path: str, cap: int, explicit_cap: bool):
                 if n >= MAX_MEMBERS:
                     refused.append((f"{path}!…", f"more than {MAX_MEMBERS:,} members: the rest not read"))
                     break
-                name = info.name
-                why = _unsafe(name)
+                if info.isdir():
+                    continue
+                name, why = _safe_name(info.name)
                 if why is None and (info.issym() or info.islnk()):
                     why = "a link"
                 elif why is None and (info.ischr() or info.isblk() or info.isfifo()):
@@ -242,10 +254,8 @@ def _tar_members(path: str, cap: int, explicit_cap: bool):
                 elif why is None and info.size > cap:
                     why = f"larger than the {cap >> 20} MiB limit on an input"
                 if why:
-                    refused.append((f"{path}!{name}", f"{why}: not read"))
+                    refused.append((f"{path}!{_shown(name)}", f"{why}: not read"))
                     continue
-                while name.startswith("./"):
-                    name = name[2:]
                 if _hidden(name):
                     continue
                 member = Member(path, "tar", name, info.size, _when(info.mtime), offset=info.offset_data,
@@ -308,9 +318,10 @@ def _zip_members(path: str, cap: int, explicit_cap: bool):
             if n >= MAX_MEMBERS:
                 refused.append((f"{path}!…", f"more than {MAX_MEMBERS:,} members: the rest not read"))
                 break
-            name = info.filename
+            if info.is_dir():
+                continue
+            name, why = _safe_name(info.filename)
             mode = info.external_attr >> 16
-            why = _unsafe(name)
             if why is None and stat.S_ISLNK(mode):
                 why = "a link"
             elif why is None and mode and (stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode)):
@@ -326,7 +337,7 @@ def _zip_members(path: str, cap: int, explicit_cap: bool):
                 why = (f"expands more than {MAX_RATIO}-fold (a zip bomb?); to read it anyway, give a limit with "
                        "--max-input-bytes")
             if why:
-                refused.append((f"{path}!{name}", f"{why}: not read"))
+                refused.append((f"{path}!{_shown(name)}", f"{why}: not read"))
                 continue
             if _hidden(name):
                 continue
@@ -335,5 +346,6 @@ def _zip_members(path: str, cap: int, explicit_cap: bool):
                 when = datetime(*info.date_time, tzinfo=timezone.utc)
             except ValueError:
                 pass
-            members.append((Member(path, "zip", name, info.file_size, when, cap=cap), None))
+            members.append((Member(path, "zip", name, info.file_size, when, cap=cap,
+                                   stored=info.filename if info.filename != name else None), None))
     return members, refused

@@ -1,7 +1,10 @@
 """Writing an incident bundle so that nobody ever sees half of one.
 
 Everything goes into a hidden directory beside the target (same file system, so the final
-`rename` is atomic) and the directory is renamed into place at the end. Inside it each file is
+`rename` is atomic) and the directory is renamed into place at the end. The directory that holds
+the target is opened once and held (`safedir.py`): the staging directories are made in it and
+renamed within it through that descriptor, so swapping it (or a folder above it) for a link
+while the sources run cannot move the bundle, or root's writes, anywhere else. Inside it each file is
 written under a temporary name and renamed when complete, and a source cut off at its timeout
 can no longer add files: what it wrote before stays, whole; what it was writing is dropped.
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from ..errors import BadInput
+from ..safedir import HeldDir
 
 CHUNK = 1 << 20
 
@@ -59,10 +63,12 @@ class Staging:
     def __init__(self, target: Path) -> None:
         check_target(target)
         self.target = target
-        parent = target.parent.absolute()
+        self._parent = HeldDir.open(target.parent.absolute(), follow=True)
+        parent = held_path(self._parent)
         try:
             self.root = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".partial"))
         except OSError as exc:
+            self._parent.close()
             raise BadInput(str(target.parent), f"cannot write the bundle here: {exc.strerror or exc}") from None
         # Files being written live apart from the bundle: a source still writing when the time is up
         # leaves nothing in it, even after the bundle is renamed into place.
@@ -70,6 +76,7 @@ class Staging:
             self.spool = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".spool"))
         except OSError as exc:
             shutil.rmtree(self.root, ignore_errors=True)
+            self._parent.close()
             raise BadInput(str(target.parent), f"cannot write the bundle here: {exc.strerror or exc}") from None
         self.done = False
         self.records: list[FileRecord] = []
@@ -122,13 +129,17 @@ class Staging:
             for d in dirs:
                 os.chmod(os.path.join(here, d), mode)
         os.chmod(self.root, mode)
+        held, name = self._parent.fd, self.target.name
         try:
-            if self.target.is_dir() and not any(self.target.iterdir()):
-                self.target.rmdir()       # rename(2) replaces an empty directory, but not on every file system
-            os.rename(self.root, self.target)
+            try:                          # rename(2) replaces an empty directory, but not on every file system
+                os.rmdir(name, dir_fd=held)
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            os.rename(self.root.name, name, src_dir_fd=held, dst_dir_fd=held)
         except OSError as exc:
             self.discard()
             raise BadInput(str(self.target), f"cannot put the bundle in place: {exc.strerror or exc}") from None
+        self._parent.close()
         return self.target
 
     def discard(self) -> None:
@@ -136,6 +147,7 @@ class Staging:
             self.done = True
         shutil.rmtree(self.spool, ignore_errors=True)
         shutil.rmtree(self.root, ignore_errors=True)
+        self._parent.close()
 
     def _unique(self, rel: str) -> str:
         """Two readings may want one name (two scrapes in one millisecond): the second gets -2."""
@@ -147,6 +159,13 @@ class Staging:
                 candidate = f"{stem}-{n}{dot}{ext}"
             self._names.add(candidate)
             return candidate
+
+
+def held_path(held: HeldDir) -> str:
+    """A path that names the held directory itself, whatever its name names by now (Linux's
+    /proc/self/fd); the plain path where there is no /proc."""
+    magic = f"/proc/self/fd/{held.fd}"
+    return magic if os.path.isdir(magic) else held.real
 
 
 def file_digest(path: str | Path) -> tuple[str, int]:

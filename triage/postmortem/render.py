@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import tempfile
 import typing
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import TriageError
+from ..errors import BadInput, TriageError
 from ..paths import templates_dir
 from ..redact import mask_text
 from . import views
@@ -167,32 +166,21 @@ def code(value: Any) -> str:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write beside the target, fsync, then rename over it: a reader sees the old file or the new one.
-    The text is masked on the way (`triage.redact`), whoever rendered it."""
+    The text is masked on the way (`triage.redact`), whoever rendered it. The directory is held open
+    for both steps (`safedir.py`): swapping it, or a folder above it, for a link between the two
+    cannot move the write elsewhere, and a link planted as the target is replaced, not followed."""
+    from ..safedir import HeldDir
+
     text = mask_text(text)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise PostmortemError(f"{directory}: output directory does not exist")
+    mode = _mode_for(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise PostmortemError(f"{directory}: cannot write: {exc.strerror or exc}") from None
-    try:
-        # mkstemp creates the file 0600; a postmortem is for the team: the mode a plain open() would
-        # give (0666 less the umask), or the mode of the file it replaces.
-        os.chmod(tmp, _mode_for(path))
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise PostmortemError(f"{path}: cannot write: {exc.strerror or exc}") from None
-        raise
+        with HeldDir.open(directory, follow=True) as held:
+            held.write_atomic(path.name, text.encode("utf-8"), mode)
+    except BadInput as exc:
+        raise PostmortemError(f"{path}: cannot write: {exc.problem}") from None
 
 
 def _mode_for(path: Path) -> int:

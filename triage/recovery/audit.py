@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import BadInput, TriageError
-from ..safefile import check_regular
+from ..safedir import HeldDir
 from .hostkey import HostKey, load_key
 from .redact import redact
 
@@ -73,9 +73,11 @@ def record_hash(record: Mapping[str, Any]) -> str:
     return sha256(canonical({k: v for k, v in record.items() if k != "hash"}))
 
 
-def mac_input(directory: str | os.PathLike[str], record: Mapping[str, Any]) -> bytes:
-    """What a record's MAC covers: the incident directory it belongs to and every field but hash and mac."""
-    where = os.path.realpath(directory).encode("utf-8", "surrogateescape")
+def mac_input(directory: str | os.PathLike[str] | HeldDir, record: Mapping[str, Any]) -> bytes:
+    """What a record's MAC covers: the incident directory it belongs to and every field but hash and mac.
+    A held directory's real path was read when it was opened: it is not resolved again."""
+    real = directory.real if isinstance(directory, HeldDir) else os.path.realpath(directory)
+    where = real.encode("utf-8", "surrogateescape")
     return MAC_LABEL + where + b"\0" + canonical({k: v for k, v in record.items() if k not in ("hash", "mac")})
 
 
@@ -86,7 +88,7 @@ NO_MAC = "no MAC"
 BAD_MAC = "MAC does not verify"
 
 
-def authenticity(record: Mapping[str, Any], key: HostKey | None, directory: str | os.PathLike[str]) -> str:
+def authenticity(record: Mapping[str, Any], key: HostKey | None, directory: str | os.PathLike[str] | HeldDir) -> str:
     key_id, mac = record.get("key_id"), record.get("mac")
     if not isinstance(key_id, str) or not isinstance(mac, str):
         return NO_MAC
@@ -194,23 +196,19 @@ def verify(path: str | os.PathLike[str], key: HostKey | None | bool = False) -> 
     every record's MAC against it (`key=True`: this host's key, read but never created)."""
     target = log_path(path)
     host_key = load_key() if key is True else (key or None)
-    return _scan(target, host_key).report
+    if not os.path.isdir(target.parent):
+        return VerifyReport(True, 0, note=f"{target}: no audit log yet (0 records)")
+    with HeldDir.open(target.parent, follow=True) as held:
+        return _scan(held, target, host_key).report
 
 
-def _scan(path: Path, key: HostKey | None = None) -> _Scan:
-    try:
-        # Non-blocking and checked before a byte is read: a FIFO planted as actions.jsonl must not hang.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+def _scan(held: HeldDir, path: Path, key: HostKey | None = None) -> _Scan:
+    """One pass over `path`'s file in the held directory (`path` names it in messages)."""
+    # Never through a link, non-blocking and checked before a byte is read: a FIFO planted as
+    # actions.jsonl must not hang the run, nor a symlink make it read another file.
+    fd = held.read_fd(path.name)
+    if fd is None:
         return _Scan(VerifyReport(True, 0, note=f"{path}: no audit log yet (0 records)"))
-    except OSError as exc:
-        raise BadInput(str(path), f"cannot read audit log: {exc.strerror or exc}") from None
-    try:
-        check_regular(fd, path)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
     fh = os.fdopen(fd, "rb")
     scan = _Scan(VerifyReport(True, 0))
     problems = scan.report.problems
@@ -233,7 +231,7 @@ def _scan(path: Path, key: HostKey | None = None) -> _Scan:
                 scan.last_valid = record
             if isinstance(record.get("seq"), int):
                 last_seq = record["seq"]
-            _count(scan.report, n, authenticity(record, key, path.parent))
+            _count(scan.report, n, authenticity(record, key, held))
             scan.report.records += 1
             scan.last_record = record
             prev_line = line
@@ -306,9 +304,13 @@ class StepHandle:
 class AuditLog:
     """Append-only writer for one incident's actions.jsonl (see module doc)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, run_id: str | None = None,
+    def __init__(self, path: str | os.PathLike[str] | HeldDir, *, run_id: str | None = None,
                  clock: Clock | None = None, monotonic: Callable[[], float] = time.monotonic):
-        self.path = log_path(path)
+        # A recovery hands in the incident directory it holds open: every read and append then goes
+        # to that very directory, whatever its path names by now. Given a path, the directory is
+        # opened on first use and held from then on.
+        self._held: HeldDir | None = path if isinstance(path, HeldDir) else None
+        self.path = Path(path.path) / FILENAME if isinstance(path, HeldDir) else log_path(path)
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.clock: Clock = clock or (lambda: datetime.now(timezone.utc))
         self.monotonic = monotonic
@@ -325,18 +327,33 @@ class AuditLog:
             self._key = key
         return self._key
 
+    def directory(self) -> HeldDir | None:
+        """The incident directory, held open from the first use on; None while it does not exist."""
+        if self._held is None:
+            if not os.path.isdir(self.path.parent):
+                return None
+            self._held = HeldDir.open(self.path.parent)
+        return self._held
+
     # reading
     def records(self) -> list[dict[str, Any]]:
         """Every parseable record, in file order (use verify() to know whether to trust them)."""
-        out = []
+        held = self.directory()
+        fd = held.read_fd(self.path.name) if held is not None else None
+        if fd is None:
+            return []
         try:
-            with open(self.path, "rb") as fh:
-                out = [r for r in (_parse(raw.rstrip(b"\n")) for raw in fh) if r is not None]
-        except FileNotFoundError:
-            pass
+            with os.fdopen(fd, "rb") as fh:
+                return [r for r in (_parse(raw.rstrip(b"\n")) for raw in fh) if r is not None]
         except OSError as exc:
             raise BadInput(str(self.path), f"cannot read audit log: {exc.strerror or exc}") from None
-        return out
+
+    def verify(self, key: HostKey | None | bool = False) -> VerifyReport:
+        """verify() over this log, read from the held directory."""
+        held = self.directory()
+        if held is None:
+            return VerifyReport(True, 0, note=f"{self.path}: no audit log yet (0 records)")
+        return _scan(held, self.path, load_key() if key is True else (key or None)).report
 
     def authenticated(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(the records whose MAC verifies with this host's key, the others), in file order.
@@ -344,13 +361,15 @@ class AuditLog:
         key = self._key or load_key()
         mine: list[dict[str, Any]] = []
         others: list[dict[str, Any]] = []
+        held = self.directory()
         for rec in self.records():
-            (mine if authenticity(rec, key, self.path.parent) == AUTHENTICATED else others).append(rec)
+            (mine if held is not None and authenticity(rec, key, held) == AUTHENTICATED else others).append(rec)
         return mine, others
 
     def last(self) -> dict[str, Any] | None:
         """The last record that verifies (hash, prev and seq), or None: where a resume starts."""
-        return _scan(self.path).last_valid
+        held = self.directory()
+        return _scan(held, self.path).last_valid if held is not None else None
 
     def completed_steps(self, run_id: str | None = None) -> list[str]:
         """Step ids whose latest `end` record says ok or skipped, in the order they ended."""
@@ -432,16 +451,17 @@ class AuditLog:
         end(handle.result or "ok")
 
     def _write_unmasked(self, body: dict[str, Any]) -> dict[str, Any]:
-        if not self.path.parent.is_dir():
+        held = self.directory()
+        if held is None:
             raise BadInput(str(self.path.parent), "incident directory does not exist")
         key = self.signing_key()                     # no key, no record: before the file is touched
-        fd, created = self._open()
+        fd, created = self._open(held)
         size: int | None = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)          # one writer at a time, across processes
-            prev, seq = self._chain_state(fd)
+            prev, seq = self._chain_state(fd, held)
             body.update(seq=seq, prev=prev, key_id=key.key_id)
-            body["mac"] = key.mac(mac_input(self.path.parent, body))
+            body["mac"] = key.mac(mac_input(held, body))
             body["hash"] = record_hash(body)
             line = canonical(body)
             data = line + b"\n"
@@ -451,7 +471,7 @@ class AuditLog:
             os.fsync(fd)
             self.last_written = body                 # still inside the signal mask: see step()
             if created:
-                _fsync_dir(self.path.parent)
+                held.fsync()
             st = os.fstat(fd)
             self._tail = (st.st_ino, st.st_size, st.st_mtime_ns, sha256(line), seq + 1)
         except OSError as exc:
@@ -467,38 +487,25 @@ class AuditLog:
             os.close(fd)                             # releases the flock
         return body
 
-    def _open(self) -> tuple[int, bool]:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+    def _open(self, held: HeldDir) -> tuple[int, bool]:
+        """Append to actions.jsonl beneath the held directory: never through a link (a planted
+        `actions.jsonl -> /root/file` is refused), a regular file with one link."""
         try:
-            return os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise AuditError(f"{self.path}: cannot create audit log: {exc.strerror or exc}") from None
-        try:
-            return os.open(self.path, flags), False
-        except OSError as exc:
-            raise AuditError(f"{self.path}: cannot open audit log: {exc.strerror or exc}") from None
+            return held.open_append(FILENAME, 0o644)
+        except BadInput as exc:
+            raise AuditError(f"{self.path}: cannot open audit log: {exc.problem}") from None
 
-    def _chain_state(self, fd: int) -> tuple[str, int]:
+    def _chain_state(self, fd: int, held: HeldDir) -> tuple[str, int]:
         """(prev, seq) for the next record; refuses to extend a broken chain."""
         st = os.fstat(fd)
         if self._tail and self._tail[:3] == (st.st_ino, st.st_size, st.st_mtime_ns):
             return self._tail[3], self._tail[4]      # unchanged since our own last write
-        scan = _scan(self.path)
+        scan = _scan(held, self.path)
         if not scan.report.ok:
             raise AuditError(f"{self.path}: audit log is broken, refusing to append: "
                              f"{scan.report.problems[0]} (run `triage audit verify`; move the "
                              "file aside to start a new log)")
         return scan.next_prev, scan.next_seq
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["AUTHENTICATED", "AuditError", "AuditLog", "GENESIS", "StepHandle", "VerifyReport", "authenticity",

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from . import interrupts
 from .identify import Identification
+from ..safedir import HeldDir
 from .privileges import RunAs
 
 # Where a launch command came from. Only the first two count as confirmed by --yes: anything read
@@ -102,6 +103,7 @@ class RunContext:
     launched: list[dict[str, Any]] = field(default_factory=list)   # servers started by this run
     relaunch_driver: str | None = None          # how the runbook starts the server again (None: it does not)
     run_as: RunAs | None = None                 # the stopped server's identity (None: this process's)
+    held: HeldDir | None = None                 # the incident directory held open: relaunch logs go beneath it
 
 
 @dataclass

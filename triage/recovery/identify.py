@@ -10,7 +10,10 @@ be confirmed:
   exactly the start time recorded when this tool launched it;
 * its command line is the server's: it runs the incident's model, or it is a descendant of a
   confirmed server process, or it carries vLLM's process title (`VLLM::EngineCore`, `VLLM::Worker`)
-  or the server's very command line (a forked worker that outlived its parent).
+  or the server's very command line (a forked worker that outlived its parent);
+* a PID read from a log (whose writer chose the numbers) also runs as the owner of that log file
+  or of the incident directory, and a process that runs the model is confirmed only when its
+  command line is an engine's own entry point (`entrypoints.py`) on the port the log served on.
 
 A GPU process list (NVML now, nvidia-smi in the bundle) names every process on the host's GPUs,
 the other servers' too — and a neighbour replica runs the same model and carries the same vLLM
@@ -36,6 +39,7 @@ from typing import Iterable
 from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
 from ..model import EvidenceSet, Verdict
 from ..timeref import future_warning, in_future
+from .entrypoints import not_server_problem
 from .procs import ProcInfo, all_procs, descendants, protected_pids, read_proc
 
 # Log times have one-second resolution; a process may start in the same second it logs.
@@ -57,6 +61,8 @@ class Candidate:
     seen_at: datetime | None = None    # when that source saw it alive
     start_ticks: int | None = None     # exact start time, when this tool launched it
     weak: bool = False                 # from a GPU process list: it may be any server's on this host
+    from_log: bool = False             # named by a log: its writer chose the number
+    owners: frozenset[int] | None = None   # the uids that log may name (None: any, or not from a log)
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,8 @@ def candidates_from_evidence(evidence: EvidenceSet) -> list[Candidate]:
         if isinstance(pid, int) and pid > 0:
             role = str(rec.fields.get("role") or rec.fields.get("name") or rec.fields.get("process_name")
                        or "GPU process")
-            out.append(Candidate(pid, role, rec.where, rec.time, weak=rec.kind == Kind.GPU_PROCESS))
+            weak = rec.kind == Kind.GPU_PROCESS
+            out.append(Candidate(pid, role, rec.where, rec.time, weak=weak, from_log=not weak))
     return out
 
 
@@ -166,8 +173,9 @@ def _note_future(cands: list[Candidate], notes: list[str]) -> None:
 
 
 def identify(candidates: Iterable[Candidate], model: str | None,
-             server_cmdlines: Iterable[tuple[str, ...]] = ()) -> Identification:
-    """Confirm each candidate (see the module doc) and add the process trees of those confirmed."""
+             server_cmdlines: Iterable[tuple[str, ...]] = (), port: int | None = None) -> Identification:
+    """Confirm each candidate (see the module doc) and add the process trees of those confirmed.
+    `port`: where the failing server's log says it served (a log PID must be a server on it)."""
     result = Identification()
     protected = protected_pids()
     cmdlines = {tuple(c) for c in server_cmdlines if c}
@@ -185,7 +193,7 @@ def identify(candidates: Iterable[Candidate], model: str | None,
             result.refused.append(Refusal(cand.pid, cand.role, cand.source,
                                           "it is init, this process or one of its parents"))
             continue
-        problem = _start_problem(cand, info)
+        problem = _start_problem(cand, info) or _owner_problem(cand, info)
         if problem:
             result.refused.append(Refusal(cand.pid, cand.role, cand.source, problem))
             continue
@@ -196,6 +204,13 @@ def identify(candidates: Iterable[Candidate], model: str | None,
     for cand, info in pending:
         if cand.weak:
             continue
+        if cand.from_log and _runs_model(info, model):
+            not_server = not_server_problem(info.cmdline, port)
+            if not_server:
+                result.refused.append(Refusal(info.pid, cand.role, cand.source, f"{not_server}: a log can name any "
+                                              "PID, so only a server's own command line confirms it; give --pid "
+                                              "if it is this one"))
+                continue
         if _runs_model(info, model) or (cand.start_ticks is not None and info.start_ticks == cand.start_ticks):
             how = "runs the incident's model" if _runs_model(info, model) else "launched by this tool (same start time)"
             confirmed[info.pid] = ServerProcess(info, cand.role, f"named in {cand.source}; {how}; "
@@ -211,8 +226,9 @@ def identify(candidates: Iterable[Candidate], model: str | None,
 
     for root in list(confirmed.values()):
         add_tree(root.info, f"{root.role} {root.info.pid}")
+    refused_now = {r.pid for r in result.refused}
     for cand, info in pending:
-        if info.pid in confirmed or info.pid in trees or cand.weak:
+        if info.pid in confirmed or info.pid in trees or cand.weak or info.pid in refused_now:
             continue
         why = _orphan_reason(info, cmdlines)
         if why:
@@ -224,7 +240,7 @@ def identify(candidates: Iterable[Candidate], model: str | None,
                                           f"({'model ' + model if model else 'model unknown'}), and it is not "
                                           "a child of a confirmed server process"))
     # PIDs only a GPU process list names: confirmed only through a link to this server.
-    named_gone = {c.pid for c in result.gone if not c.weak}
+    named_gone = {c.pid: c for c in result.gone if not c.weak}
     for cand, info in pending:
         if not cand.weak or info.pid in confirmed or info.pid in trees:
             continue
@@ -243,7 +259,7 @@ def identify(candidates: Iterable[Candidate], model: str | None,
     return result
 
 
-def _linked(info: ProcInfo, confirmed: set[int], named_gone: set[int], model: str | None,
+def _linked(info: ProcInfo, confirmed: set[int], named_gone: dict[int, Candidate], model: str | None,
             cmdlines: set[tuple[str, ...]]) -> str | None:
     """Why a process seen only on the GPU belongs to this server, or None.
 
@@ -254,7 +270,7 @@ def _linked(info: ProcInfo, confirmed: set[int], named_gone: set[int], model: st
         if leader and leader != info.pid and leader in confirmed:
             return f"in the {kind} of confirmed server process {leader}"
     for kind, leader in (("session", info.sid), ("process group", info.pgid)):
-        if leader and leader != info.pid and leader in named_gone:
+        if leader and leader != info.pid and leader in named_gone and not _owner_problem(named_gone[leader], info):
             vllm = "runs the incident's model" if _runs_model(info, model) else _orphan_reason(info, cmdlines)
             if vllm:
                 return f"in the {kind} of {leader}, a server process the log names (exited); {vllm}"
@@ -301,6 +317,17 @@ def _start_problem(cand: Candidate, info: ProcInfo) -> str | None:
                 f"{cand.seen_at:%Y-%m-%dT%H:%M:%SZ}: the PID was reused by another program (or the log's "
                 "time zone is wrong: set timezone in incident.yaml)")
     return None
+
+
+def _owner_problem(cand: Candidate, info: ProcInfo) -> str | None:
+    """A log is written by its server's user (or collected into its owner's directory): whoever can
+    write it can print any PID there, so it may only name processes of those users (a log only
+    root could have written names any: `prepare.with_log_owners`)."""
+    if cand.owners is None or info.uid in cand.owners:
+        return None
+    owners = ", ".join(f"uid {u}" for u in sorted(cand.owners))
+    return (f"it runs as uid {info.uid}, and {_file(cand)} (or the incident directory holding it) belongs to "
+            f"{owners}: a log may only name its owner's processes; give --pid if it is this one")
 
 
 def _runs_model(info: ProcInfo, model: str | None) -> bool:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TriageError
+from ..safedir import HeldDir
 from ..safefile import NotRegular, check_regular, describe, read_regular
 from .audit import current_user, rfc3339
 from .procs import boot_id, read_proc
@@ -354,9 +355,10 @@ class BundleLock:
     file is never written and never removed, so it carries no content to trust and a second
     recovery always locks the same file."""
 
-    def __init__(self, incident: str | os.PathLike[str]):
+    def __init__(self, incident: str | os.PathLike[str], held: HeldDir | None = None):
         self.incident = Path(incident)
         self.path = self.incident / BUNDLE_LOCK_NAME
+        self._held = held             # the incident directory a recovery holds open: lock that one
         self._fd: int | None = None
 
     def acquire(self) -> BundleLock:
@@ -388,7 +390,8 @@ class BundleLock:
 
     def _open(self) -> int:
         try:
-            directory = os.open(self.incident, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            directory = os.dup(self._held.fd) if self._held is not None else \
+                os.open(self.incident, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise TriageError(f"cannot open the incident directory {self.incident}: {exc.strerror or exc}") from None
         try:

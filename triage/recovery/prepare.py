@@ -21,7 +21,8 @@ import os
 import re
 import shlex
 import socket
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from ..model import EvidenceSet, OomClass, Verdict
 from .context import BUNDLE, FLAG, LIVE, LaunchSpec
 from .identify import (Candidate, Identification, ServerProcess, candidates_from_evidence, identify,
                        scope_to_verdict)
-from .privileges import RunAs, read_creds, server_identity
+from .privileges import RunAs, identity_without_server, read_creds, server_identity
 from .redact import MASK as MASK_MARK
 from .plan import server_url
 
@@ -70,11 +71,13 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
         notes.append(f"the relaunch driver is kubectl: the {len(logged)} PID(s) in the logs are the pod's own "
                      "(another PID namespace) and are not looked up here; give --pid for a process on this host")
         logged = []
+    logged = with_log_owners(logged, incident)
     cands = [Candidate(p, "--pid", "--pid") for p in pids] + logged
     cands += [Candidate(int(r["pid"]), "relaunched server", f"actions.jsonl:{r['seq']}", None, int(r["start_ticks"]))
               for r in relaunched if r.get("pid") and r.get("start_ticks") is not None]
     cands += _gpu_candidates(notes)
-    ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")])
+    ident = identify(cands, model, [tuple(r["argv"]) for r in relaunched if r.get("argv")],
+                     port=_port(url or server_url(evidence)))
     ident.refuse([] if in_pod else elsewhere)      # in a pod, log PIDs are another namespace's numbers
     launch = _launch_spec(incident, verdict, ident, records, launch_command, notes)
     if launch is not None:
@@ -86,7 +89,7 @@ def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: li
                      f"shell's environment (here: {keys}) plus the changes shown; put what it needs in incident.yaml "
                      "launch.env or before the command in --launch-command")
     found_url = url or _relaunch_url(records) or server_url(evidence)
-    run_as = server_identity(p.info.pid for p in ident.processes)
+    run_as = server_identity((p.info.pid for p in ident.processes), identity_without_server(records, incident))
     return Prepared(model, found_url, ident, launch, _known_good(verdict, records, launch), notes, run_as)
 
 
@@ -104,6 +107,44 @@ def untrusted_notes(untrusted: list[dict[str, Any]]) -> list[str]:
                          "earlier run relaunched, but it is not authenticated by this host's key: that PID is not "
                          "a candidate")
     return notes
+
+
+def with_log_owners(cands: list[Candidate], incident: Path) -> list[Candidate]:
+    """Each log candidate with the uids its log may name: the owner of the log file (a planted
+    symlink counts as its planter's) and the owner of the incident directory. A log only root
+    could have written (root's, writable by no one else) may name any process: root chose it."""
+    try:
+        dir_owner = {os.stat(incident, follow_symlinks=False).st_uid}
+    except OSError:
+        dir_owner = set()
+    out = []
+    for cand in cands:
+        if not cand.from_log:
+            out.append(cand)
+            continue
+        name = cand.source.rsplit(":", 1)[0] if cand.source.rsplit(":", 1)[-1].isdigit() else cand.source
+        owners: set[int] | None = set(dir_owner)
+        for path in (incident / name, Path(name)):
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except (OSError, ValueError):
+                continue
+            if st.st_uid == 0 and stat.S_ISREG(st.st_mode) and not st.st_mode & 0o022 and st.st_nlink == 1:
+                owners = None
+            else:
+                owners.add(st.st_uid)
+            break
+        out.append(replace(cand, owners=None if owners is None else frozenset(owners)))
+    return out
+
+
+def _port(url: str | None) -> int | None:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).port if url else None
+    except ValueError:
+        return None
 
 
 def _this_host(cands: list[Candidate], notes: list[str], host: str | None = None) -> list[Candidate]:

@@ -12,8 +12,11 @@ A relaunch never gains privileges:
   from the incident bundle never reaches a relaunch as root.
 * a relaunch as root never runs in a working directory another user owns or can write.
 
-With no server process left to read (it crashed), the relaunch runs as the user who runs
-recovery, and the plan says so.
+With no server process left to read (it crashed), the identity comes from what this host's key
+authenticates: the user an earlier run relaunched this server as (recorded in full in
+actions.jsonl). Failing that, a recovery running as root takes the owner of the incident
+directory — never root for a directory root does not own: whoever wrote the bundle chose its
+command, and root running it would hand them root. The plan says which it used.
 """
 from __future__ import annotations
 
@@ -80,12 +83,13 @@ def read_creds(pid: int) -> Creds | str:
     return Creds(uids[0], gids[0], groups)
 
 
-def server_identity(pids: Iterable[int]) -> RunAs:
-    """The identity every process about to be stopped shares, read before any is stopped."""
+def server_identity(pids: Iterable[int], fallback: RunAs | None = None) -> RunAs:
+    """The identity every process about to be stopped shares, read before any is stopped;
+    `fallback` (see identity_without_server) when no server process runs."""
     pids = list(pids)
     if not pids:
-        return RunAs(None, f"the user running recovery ({Creds.mine().describe()}): no server process is running "
-                           "to take the user from")
+        return fallback or RunAs(None, f"the user running recovery ({Creds.mine().describe()}): no server process "
+                                       "is running to take the user from")
     seen: dict[int, Creds] = {}
     for pid in pids:
         creds = read_creds(pid)
@@ -98,6 +102,62 @@ def server_identity(pids: Iterable[int]) -> RunAs:
             return RunAs(None, f"pid {first_pid}", f"the server's processes run as different users (pid {first_pid}: "
                                                    f"{first.describe()}; pid {pid}: {creds.describe()})")
     return RunAs(first, f"the stopped server (pid {first_pid})")
+
+
+def identity_without_server(records: Iterable[Mapping[str, object]], incident: str | os.PathLike[str],
+                            me: Creds | None = None) -> RunAs:
+    """Who relaunches a server no process of which is left: the identity an authenticated record says
+    an earlier run relaunched it as (the newest), else (as root) the incident directory's owner."""
+    me = me or Creds.mine()
+    for rec in reversed(list(records)):
+        creds = _recorded_creds(rec)
+        if creds is not None:
+            return RunAs(creds, f"actions.jsonl:{rec.get('seq')}: the user an earlier run relaunched this server as "
+                                "(no server process is running)")
+    if me.uid != 0:
+        return RunAs(None, f"the user running recovery ({me.describe()}): no server process is running to take the "
+                           "user from")
+    try:
+        owner = os.stat(incident, follow_symlinks=False).st_uid
+    except OSError as exc:
+        return RunAs(None, str(incident), f"no server process is running and the incident directory cannot be read "
+                                          f"({exc.strerror or exc}): whose server this is is unknown")
+    if owner == 0:
+        return RunAs(None, "root: no server process is running, no authenticated record names another user, and the "
+                           "incident directory is root's")
+    creds = user_creds(owner)
+    if creds is None:
+        return RunAs(None, f"uid {owner}", f"no server process is running and the incident directory's owner, uid "
+                                           f"{owner}, has no passwd entry: a relaunch would run as root")
+    return RunAs(creds, f"the owner of the incident directory (no server process is running, and no authenticated "
+                        "record names its user): never root for a bundle root does not own")
+
+
+def _recorded_creds(rec: Mapping[str, object]) -> Creds | None:
+    data = rec.get("data") if rec.get("phase") == "end" else None
+    launched = data.get("launched") if isinstance(data, dict) else None
+    if not isinstance(launched, dict) or launched.get("driver") != "process":
+        return None
+    uid, gid, groups = launched.get("uid"), launched.get("gid"), launched.get("groups")
+    if not isinstance(uid, int) or isinstance(uid, bool) or uid < 0:
+        return None
+    if isinstance(gid, int) and not isinstance(gid, bool) and isinstance(groups, list) \
+            and all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
+        return Creds(uid, gid, tuple(sorted(set(groups))))
+    return user_creds(uid)                      # a record from before gid and groups were kept
+
+
+def user_creds(uid: int) -> Creds | None:
+    """A user's identity from the passwd and group databases, None without a passwd entry."""
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return None
+    try:
+        groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
+    except OSError:
+        groups = (entry.pw_gid,)
+    return Creds(uid, entry.pw_gid, groups)
 
 
 def identity_problem(run_as: RunAs | None, me: Creds | None = None) -> str | None:
@@ -211,5 +271,5 @@ def _group(gid: int) -> str:
         return "no group entry"
 
 
-__all__ = ["Creds", "Dropped", "RunAs", "cwd_problem", "exec_env", "identity_problem", "popen_identity",
-           "read_creds", "relaunch_env", "run_uid", "server_identity"]
+__all__ = ["Creds", "Dropped", "RunAs", "cwd_problem", "exec_env", "identity_problem", "identity_without_server",
+           "popen_identity", "read_creds", "relaunch_env", "run_uid", "server_identity", "user_creds"]

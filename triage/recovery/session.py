@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 from ..errors import BadInput, ExitCode, TriageError
 from ..model import EvidenceSet, Verdict
+from ..safedir import HeldDir
 from ..safefile import kind_at
 from . import interrupts, trust
 from .audit import AuditLog
@@ -46,6 +47,11 @@ class Session:
     audit: AuditLog
     warnings: list[str] = field(default_factory=list)
     audit_seen: tuple[int, str | None] = (0, None)    # (records, last hash) the plan was built from
+    held: HeldDir | None = None                       # the incident directory, open for the whole run
+
+    def close(self) -> None:
+        if self.held is not None:
+            self.held.close()
 
 
 def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs: Sequence[str] = (),
@@ -53,11 +59,26 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
                  launch_command: str | None = None, driver: str | None = None,
                  deployment: str | None = None) -> Session:
     """Read the incident and build the plan. Reads /proc and actions.jsonl; writes nothing."""
-    from ..api import classify_paths
-
     root = Path(incident)
     if not root.is_dir():
         raise TriageError(f"{incident}: recovery needs an incident directory (it keeps actions.jsonl)")
+    # Held by descriptor from here to the end of the run: whoever owns the directory cannot swap it
+    # (or a folder inside it) for a link between the plan, the verify step and the writes.
+    held = HeldDir.open(root)
+    try:
+        return _open_session(root, held, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
+                             pids=pids, url=url, launch_command=launch_command, driver=driver, deployment=deployment)
+    except BaseException:
+        held.close()
+        raise
+
+
+def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runbook_dirs: Sequence[str],
+                  params: Sequence[str], pids: Sequence[int], url: str | None, launch_command: str | None,
+                  driver: str | None, deployment: str | None) -> Session:
+    from ..api import classify_paths
+
+    incident = str(root)
     planted = kind_at(root / "actions.jsonl")
     if planted:                        # reading a FIFO would hang the run before it prints anything
         raise TriageError(f"{root / 'actions.jsonl'}: {planted}, not a regular file: refusing to recover "
@@ -74,7 +95,7 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
         book = with_overrides(book, params)
     if url is not None:
         _check_url(url)
-    audit = AuditLog(root)
+    audit = AuditLog(held)
     seen = _audit_state(audit)
     relaunch = next((s for s in book.steps if s.action in ("restart", "rollback")), None)
     in_pod = (driver or (str(relaunch.params.get("driver", "process")) if relaunch else None)) == "kubectl"
@@ -82,7 +103,7 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
     prepared = prepare(root, verdict, evidence, trusted, pids=tuple(pids), url=url,
                        launch_command=launch_command, in_pod=in_pod, untrusted=untrusted)
     plan = build_plan(verdict, book, prepared, driver=driver, deployment=deployment)
-    return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen)
+    return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen, held=held)
 
 
 def _check_url(url: str) -> None:
@@ -176,15 +197,13 @@ def _redo_stop(session: Session, done: list[str], say: Callable[[str], None]) ->
 def execute(session: Session, options: ExecOptions, *, show_step: Callable[[PlannedStep], None] = lambda ps: None,
             show_result: Callable[[StepReport], None] = lambda r: None, lock_path: str | None = None) -> RunReport:
     """Run the plan under the host lock; resumes after the last completed step of an unfinished run."""
-    from .audit import verify
-
-    check = verify(session.incident)
+    check = session.audit.verify()
     if not check.ok:
         raise TriageError(f"{session.audit.path}: {check.problems[0]} — the audit trail is broken; "
                           "move it aside (keep it for the postmortem) before recovering again")
     # The host lock keeps one recovery per host; the bundle lock one per incident even when two runs
     # were given different host lock paths. Both are held for the whole run.
-    with HostLock(lock_path) as lock, BundleLock(session.incident):
+    with HostLock(lock_path) as lock, BundleLock(session.incident, held=session.audit.directory()):
         if lock.warning:
             options.say(f"warning: {lock.warning}")
         if _audit_state(session.audit) != session.audit_seen:
@@ -204,7 +223,8 @@ def execute(session: Session, options: ExecOptions, *, show_step: Callable[[Plan
                       str(session.incident))
         ctx = RunContext(session.incident, session.plan.runbook.id, p.model, p.url, p.identification, p.launch,
                          options, known_good=p.known_good, verdict=session.verdict,
-                         relaunch_driver=_relaunch_driver(session, options), run_as=p.run_as)
+                         relaunch_driver=_relaunch_driver(session, options), run_as=p.run_as,
+                         held=session.audit.directory())
         with interrupts.handled():
             return Executor(session.plan, ctx, session.audit, show_step, show_result,
                             audit_seen=session.audit_seen).run(resume_from, done)

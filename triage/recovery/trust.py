@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 from ..errors import TriageError
 from .audit import canonical
 from .context import BUNDLE, ExecOptions, LaunchSpec, rollback_spec
+from .privileges import Creds, RunAs
 from .redact import redact
 
 if TYPE_CHECKING:
@@ -41,10 +42,11 @@ class BundleCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)   # the overrides the relaunch sets
     cwd: str | None = None
+    user: str = ""                  # who it runs as: part of what the operator confirms
 
     @property
     def digest(self) -> str:
-        body = canonical({"argv": self.argv, "env": self.env, "cwd": self.cwd})
+        body = canonical({"argv": self.argv, "env": self.env, "cwd": self.cwd, "user": self.user})
         return hashlib.sha256(b"oom-triage bundle launch\0" + body).hexdigest()[:DIGEST_CHARS]
 
     def lines(self) -> list[str]:
@@ -52,11 +54,12 @@ class BundleCommand:
         out = [f"command: {shlex.join(str(a) for a in redact(list(self.argv)))}"]
         out += [f"env:     {k}={v}" for k, v in redact(dict(self.env)).items()]
         out.append(f"cwd:     {self.cwd or '(the directory triage runs in)'}")
+        out.append(f"runs as: {self.user}")
         return out
 
     def json(self) -> dict[str, object]:
         return {"step": self.step, "source": self.source, "argv": redact(list(self.argv)),
-                "env": redact(dict(self.env)), "cwd": self.cwd, "digest": self.digest}
+                "env": redact(dict(self.env)), "cwd": self.cwd, "user": self.user, "digest": self.digest}
 
 
 def bundle_commands(steps: Iterable["PlannedStep"], prepared: "Prepared", driver: str | None,
@@ -76,8 +79,14 @@ def bundle_commands(steps: Iterable["PlannedStep"], prepared: "Prepared", driver
         if spec is None or spec.origin != BUNDLE:
             continue
         env = {**spec.env, **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
-        out.append(BundleCommand(step.id, ps.number, spec.source, list(spec.argv), env, spec.cwd))
+        out.append(BundleCommand(step.id, ps.number, spec.source, list(spec.argv), env, spec.cwd,
+                                 _runs_as(prepared.run_as)))
     return out
+
+
+def _runs_as(run_as: RunAs | None) -> str:
+    creds = run_as.creds if run_as is not None and run_as.creds is not None else Creds.mine()
+    return f"uid {creds.uid}, gid {creds.gid}, groups {','.join(map(str, creds.groups)) or 'none'}"
 
 
 def confirm(commands: list[BundleCommand], options: ExecOptions, incident: str) -> None:

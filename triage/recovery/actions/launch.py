@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import subprocess
 from datetime import datetime, timezone
@@ -29,10 +30,12 @@ from typing import Any
 
 from ...advice import apply_changes
 from ...bundle import RELAUNCH_DIR
+from ...errors import BadInput
 from ...live.server import health
+from ...safedir import HeldDir
 from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok, rollback_spec
-from ..privileges import (Creds, bundle_env_dropped, cwd_problem, identity_problem, popen_identity, relaunch_env,
-                          run_uid)
+from ..privileges import (Creds, RunAs, bundle_env_dropped, cwd_problem, identity_problem, popen_identity,
+                          relaunch_env, run_uid)
 from ..procs import boot_id, gone, read_proc
 from ..runbooks import RunbookStep
 
@@ -93,65 +96,114 @@ def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[st
     refused = identity_problem(ctx.run_as, me) or cwd_problem(spec.cwd, uid)
     if refused:                  # preflight refuses this before the first step; checked again here
         return failed("relaunch the server by hand, as its own user", refused)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
-    log_dir = ctx.incident / RELAUNCH_DIR
-    log_dir.mkdir(exist_ok=True)
-    log_path = log_dir / f"relaunch-{stamp}.log"
+    try:
+        log = RelaunchLog.create(ctx)
+    except BadInput as exc:
+        return failed("move the planted file or folder aside (someone else may own the incident directory), "
+                      "then run again", f"cannot create the relaunch log: {exc}")
     base, base_uid = (spec.base_env, spec.base_env_uid) if spec.base_env is not None else (dict(os.environ), me.uid)
     full_env, dropped = relaunch_env(base, base_uid, env, spec.bundle_env, uid)
     cwd = spec.cwd or None
     who = ctx.run_as.creds.describe() if ctx.run_as and ctx.run_as.creds else f"uid {uid} (this process's user)"
     lines = [f"argv: {shlex.join(spec.argv)}", *(f"env: {k}={v}" for k, v in env.items() if k in full_env),
-             *(f"env dropped: {d.name}: {d.why}" for d in dropped), f"runs as: {who}",
-             f"log: {log_path.relative_to(ctx.incident)}"]
-    with open(log_path, "ab") as out:
+             *(f"env dropped: {d.name}: {d.why}" for d in dropped), f"runs as: {who}", f"log: {log.name}"]
+    with log:
         try:
-            proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log.fd, stderr=subprocess.STDOUT,
                                     cwd=cwd, env=full_env, start_new_session=True, close_fds=True,
                                     **popen_identity(ctx.run_as, me))
         except (OSError, subprocess.SubprocessError) as exc:
             return failed("check the command (is the program on PATH for this user?)", *lines,
                           f"cannot start {spec.argv[0]!r}: {getattr(exc, 'strerror', None) or exc}")
-    _KEEP.append(proc)
-    info = read_proc(proc.pid)
-    launched: dict[str, Any] = {"pid": proc.pid, "start_ticks": info.start_ticks if info else None,
-                                "boot_id": boot_id(), "argv": spec.argv, "env": sorted(env), "uid": uid,
-                                "log": str(log_path.relative_to(ctx.incident)), "driver": "process"}
-    ctx.launched.append(launched)
-    lines.append(f"started pid {proc.pid} in its own session")
-    while True:
-        code = proc.poll()
-        if code is not None:
-            return failed("read the relaunch log; fix the flags or roll back (runbook rollback)", *lines,
-                          f"the new server exited with code {code} during start-up:", _tail(log_path),
-                          launched=launched)
-        url = _announced_url(log_path)
-        if url:
-            ctx.url = url
-            return ok(*lines, f"serving at {url} (from the relaunch log)", launched=launched, url=url)
-        if ctx.url and health(ctx.url, 1.0).ok:
-            return ok(*lines, f"{ctx.url}/health answers 200", launched=launched, url=ctx.url)
-        if deadline.left() < 0.3:
-            return failed("the server is still starting or stuck: read the relaunch log; it was left running",
-                          *lines, "no 'Starting vLLM API server' line before the step timeout", _tail(log_path),
-                          launched=launched)
-        deadline.sleep(0.2)
+        _KEEP.append(proc)
+        info = read_proc(proc.pid)
+        launched: dict[str, Any] = {"pid": proc.pid, "start_ticks": info.start_ticks if info else None,
+                                    "boot_id": boot_id(), "argv": spec.argv, "env": sorted(env), "uid": uid,
+                                    **_identity_record(ctx.run_as, me), "log": log.name, "driver": "process"}
+        ctx.launched.append(launched)
+        lines.append(f"started pid {proc.pid} in its own session")
+        while True:
+            code = proc.poll()
+            if code is not None:
+                return failed("read the relaunch log; fix the flags or roll back (runbook rollback)", *lines,
+                              f"the new server exited with code {code} during start-up:", log.tail(),
+                              launched=launched)
+            url = log.announced_url()
+            if url:
+                ctx.url = url
+                return ok(*lines, f"serving at {url} (from the relaunch log)", launched=launched, url=url)
+            if ctx.url and health(ctx.url, 1.0).ok:
+                return ok(*lines, f"{ctx.url}/health answers 200", launched=launched, url=ctx.url)
+            if deadline.left() < 0.3:
+                return failed("the server is still starting or stuck: read the relaunch log; it was left running",
+                              *lines, "no 'Starting vLLM API server' line before the step timeout", log.tail(),
+                              launched=launched)
+            deadline.sleep(0.2)
 
 
-def _announced_url(log_path: Path) -> str | None:
-    try:
-        text = log_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    found = SERVING_URL.findall(text)
-    return found[-1].replace("0.0.0.0", "127.0.0.1") if found else None
+def _identity_record(run_as: RunAs | None, me: Creds) -> dict[str, Any]:
+    """Who the relaunched server runs as, in full: a later run that finds it dead relaunches it as
+    exactly this user (never as root by default), and only when this record is authenticated."""
+    creds = run_as.creds if run_as and run_as.creds else me
+    return {"gid": creds.gid, "groups": list(creds.groups)}
 
 
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+class RelaunchLog:
+    """INCIDENT/recovery/relaunch-<UTC>.log: created fresh (O_EXCL) beneath the held incident
+    directory, no link followed on the way, and read back through the same descriptor — the
+    name is never opened again, so nothing planted there is written to or read."""
+
+    MAX_SCAN = 1 << 20           # the serving line is looked for in what the server wrote since the last look
+
+    def __init__(self, fd: int, name: str):
+        self.fd = fd
+        self.name = name
+        self._seen = 0
+        self._carry = b""
+
+    @classmethod
+    def create(cls, ctx: RunContext) -> "RelaunchLog":
+        held = ctx.held if ctx.held is not None else HeldDir.open(ctx.incident)
+        try:
+            with held.subdir(RELAUNCH_DIR, create=True) as folder:
+                stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+                for name in (f"relaunch-{stamp}.log", f"relaunch-{stamp}-{secrets.token_hex(4)}.log"):
+                    try:
+                        return cls(folder.create_new(name, 0o644, readable=True), f"{RELAUNCH_DIR}/{name}")
+                    except BadInput as exc:
+                        if "exists" not in exc.problem:
+                            raise
+                raise BadInput(folder.display(f"relaunch-{stamp}.log"), "exists already (planted?)")
+        finally:
+            if held is not ctx.held:
+                held.close()
+
+    def __enter__(self) -> "RelaunchLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def _read(self, start: int, size: int) -> bytes:
+        try:
+            return os.pread(self.fd, size, start)
+        except OSError:
+            return b""
+
+    def announced_url(self) -> str | None:
+        end = os.fstat(self.fd).st_size
+        start = max(self._seen, end - self.MAX_SCAN)
+        chunk = self._carry + self._read(start, end - start)
+        self._seen = end
+        cut = chunk.rfind(b"\n") + 1
+        self._carry = chunk[cut:][-4096:]
+        found = SERVING_URL.findall(chunk[:cut].decode("utf-8", errors="replace"))
+        return found[-1].replace("0.0.0.0", "127.0.0.1") if found else None
+
+    def tail(self, lines: int = 15) -> str:
+        end = os.fstat(self.fd).st_size
+        text = self._read(max(0, end - 64 * 1024), 64 * 1024).decode("utf-8", errors="replace")
+        return "\n".join(text.splitlines()[-lines:]) or "(no log)"
 
 
 # -- systemctl ----------------------------------------------------------------------------------
