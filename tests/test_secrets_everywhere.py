@@ -1,13 +1,18 @@
 """No secret planted in an incident reaches any output, of any command.
 
-A bundle is seeded with more than forty random secrets in every input kind: vLLM logs (the
-argparse Namespace, `non-default args`, a logged command line, an argv list, request-logger
-prompts, URLs with passwords and signed query strings, cloud keys, bearer headers, a bare JWT,
-a private key block), a /metrics scrape (labels), nvidia-smi process names, kubectl pod JSON
-(env, args), an Alertmanager payload, incident.yaml (`launch:` argv and env, links) and
-notes.jsonl. Every command then runs over it as a real process, and each stdout, stderr and
-written file is searched for any 6-character piece of any planted secret: a secret masked only
-in part (cut by a line wrap, or shortened before it was masked) counts as a leak.
+A bundle is seeded with more than fifty random secrets in every input kind: vLLM logs (the
+argparse Namespace, `non-default args`, a logged command line with secret flags whose values
+start with `-`, an argv list, request-logger prompts, a quoted password with a space, URLs with
+passwords and signed query strings, cloud keys, bearer headers, a bare JWT, a private key
+block), a /metrics scrape (labels), nvidia-smi process names, kubectl pod JSON (env, args), an
+Alertmanager payload, incident.yaml (`launch:` argv and env, links) and notes.jsonl. Every
+command then runs over it as a real process, and each stdout, stderr and written file is
+searched for any 6-character piece of any planted secret: a secret masked only in part (cut by
+a line wrap, or shortened before it was masked) counts as a leak.
+
+Beyond the bundle: `triage serve` is posted an alert carrying ten more secrets, with the
+planted log as its instance's log (its journal, bundle, answers and posted verdicts are
+searched), and `triage watch --exporter` watches a URL with four (its gauges are searched).
 """
 from __future__ import annotations
 
@@ -60,6 +65,9 @@ SECRETS: dict[str, str] = {
     "cmdline_hf_token_eq": "hf_" + _rand(34),
     "cmdline_ssl_password": _rand(18),
     "cmdline_db_password": _rand(22),
+    "cmdline_dash_password": "-Sx" + _rand(19),          # a secret flag's value that starts with "-"
+    "cmdline_dash_eq": "-" + _rand(23),
+    "quoted_spaced_password": _rand(8) + " " + _rand(9),  # password="two words", quoted, near the failure
     "nondefault_api_key": _rand(30),
     "nondefault_hf_token": "hf_" + _rand(34),
     "argv_list_api_key": _rand(26),
@@ -155,8 +163,9 @@ def _log(bundle: Path) -> None:
     planted = [
         f"INFO 11-06 09:58:02 launcher.py:12] command: vllm serve meta-llama/Llama-3.1-8B-Instruct "
         f"--max-model-len 32768 --gpu-memory-utilization 0.95 --api-key {S['cmdline_api_key']} "
-        f"--hf-token={S['cmdline_hf_token_eq']} --ssl-keyfile-password '{S['cmdline_ssl_password']}' "
-        f"--db-password={S['cmdline_db_password']}",
+        f"--hf-token={S['cmdline_hf_token_eq']} --ssl-keyfile-password {S['cmdline_dash_password']} "
+        f"--db-password={S['cmdline_db_password']} --kv-store-password={S['cmdline_dash_eq']} "
+        f"--storage-secret '{S['cmdline_ssl_password']}'",
         f"INFO 11-06 09:58:03 utils.py:233] non-default args: {{'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', "
         f"'api_key': '{S['nondefault_api_key']}', 'hf_token': '{S['nondefault_hf_token']}', "
         f"'max_model_len': 32768}}",
@@ -189,6 +198,8 @@ def _log(bundle: Path) -> None:
         f"ERROR 11-06 14:16:20 auth.py:13] session {S['log_jwt']} expired",
         f"ERROR 11-06 14:16:20 gemini.py:5] https://generativelanguage.googleapis.com/v1/models?key={S['gcp_api_key']}",
         f"ERROR 11-06 14:16:20 notify.py:5] slack post failed with token {S['slack_bot']}",
+        f'ERROR 11-06 14:16:20 db.py:9] login refused for password="{S["quoted_spaced_password"]}" '
+        'time_per_token="26.84ms" retrying',
     ]
     head, sep, tail = text.partition("ERROR 11-06 14:16:21 async_llm_engine.py:64] Engine background task failed")
     assert sep
@@ -376,6 +387,8 @@ def test_no_secret_reaches_any_output(command, bundle, env, metrics_port):
     outputs = triage(env, *args, label=command)
     if command.startswith("classify --json"):
         assert json.loads(outputs[0].text)["schema"] == "triage.verdict/v1"
+    if "--json" in args:
+        json.loads(outputs[0].text)             # JSON, whatever the planted lines hold
     found = scan(outputs)
     assert not found, f"{sum(map(len, found.values()))} secret(s) leaked: {found}"
 
@@ -383,6 +396,7 @@ def test_no_secret_reaches_any_output(command, bundle, env, metrics_port):
 def test_the_new_command_shows_the_flag_with_its_value_masked(bundle, env):
     verdict = json.loads(triage(env, "classify", str(bundle), "--json")[0].text)
     assert verdict["command"] and "--api-key" in verdict["command"] and "***" in verdict["command"]
+    assert "--ssl-keyfile-password ***" in verdict["command"]
 
 
 def _strings(value) -> Iterator[str]:
@@ -423,6 +437,237 @@ def test_a_note_with_secrets_is_echoed_and_stored_masked(bundle, env, tmp_path):
     assert added.strip()
     found = scan(outputs + [Output("notes.jsonl (added line)", added)])
     assert not found, f"{sum(map(len, found.values()))} secret(s) leaked: {found}"
+
+
+# --- triage serve: an alert carrying secrets, the planted log as its instance's log --------------
+
+SERVE_SECRETS = {
+    "alert_label_token2": _rand(27),
+    "alert_label_api_key": _rand(29),
+    "alert_summary_password": _rand(19),
+    "alert_description_url_password": _rand(21),
+    "alert_generator_password": _rand(18),
+    "alert_generator_access_token2": _rand(31),
+    "alert_generator_sig": _rand(40, _B64),
+    "alert_external_token": _rand(26),
+    "alert_common_label_password": _rand(20),
+    "alert_common_annotation_api_key": _rand(28),
+}
+_FRAGMENTS.update({name: fragments(value) for name, value in SERVE_SECRETS.items()})
+SERVE_STARTS = "2024-11-06T14:16:21Z"
+SERVE_ENDS = "2024-11-06T14:40:00Z"
+
+
+def _serve_payload(status: str) -> dict:
+    x = SERVE_SECRETS
+    one = {
+        "status": status,
+        "labels": {"alertname": "VLLMEngineDead", "instance": "gpu-node-3:8000", "severity": "critical",
+                   "token": x["alert_label_token2"], "api_key": x["alert_label_api_key"]},
+        "annotations": {"summary": f"vLLM engine died; db password={x['alert_summary_password']}",
+                        "description": f"runbook https://ops:{x['alert_description_url_password']}@wiki.example/r"},
+        "startsAt": SERVE_STARTS, "endsAt": SERVE_ENDS if status == "resolved" else "0001-01-01T00:00:00Z",
+        "generatorURL": f"http://prom:{x['alert_generator_password']}@prometheus:9090/graph?g0.expr=up"
+                        f"&access_token={x['alert_generator_access_token2']}&sig={x['alert_generator_sig']}",
+        "fingerprint": "5ec7e75ec7e7aa01"}
+    return {"version": "4", "groupKey": '{}:{alertname="VLLMEngineDead"}', "truncatedAlerts": 0, "status": status,
+            "receiver": "triage", "groupLabels": {"alertname": "VLLMEngineDead"},
+            "commonLabels": {"alertname": "VLLMEngineDead", "db_password": x["alert_common_label_password"]},
+            "commonAnnotations": {"runbook": f"https://wiki.example/r?api_key={x['alert_common_annotation_api_key']}"},
+            "externalURL": f"http://alertmanager:9093/?token={x['alert_external_token']}", "alerts": [one]}
+
+
+class _Sink(BaseHTTPRequestHandler):
+    posts: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.posts.append(self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode("utf-8", "replace"))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _http(method: str, url: str, body: bytes | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _wait(what: str, check, timeout: float = 90.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+class _Serve:
+    """`triage serve` as a process of its own, on a free loopback port."""
+
+    def __init__(self, env: dict[str, str], incidents: Path, logs: Path, post: str, stderr: Path) -> None:
+        import time
+
+        from .fleetkit import free_port
+
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.stderr = stderr
+        argv = [sys.executable, "-m", "triage", "serve", "--listen", self.url.split("//")[1], "--incidents",
+                str(incidents), "--logs-from", str(logs), "--post", post]
+        with open(stderr, "ab") as err:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                         start_new_session=True, env=env)
+        deadline = time.monotonic() + 30
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if _http("GET", self.url + "/healthz")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"triage serve did not start: {stderr.read_text(errors='replace')[-3000:]}")
+
+    def post(self, doc: dict) -> tuple[int, str]:
+        return _http("POST", self.url + "/alertmanager", json.dumps(doc).encode())
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def _files(root: Path) -> list[Output]:
+    return [Output(str(p.relative_to(root)), p.read_text(errors="replace")) for p in sorted(root.rglob("*"))
+            if p.is_file()]
+
+
+def test_serve_keeps_no_secret_of_an_alert_or_its_log(bundle, env, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(bundle / "logs" / "vllm.log", logs / "gpu-node-3.log")
+    incidents = tmp_path / "incidents"
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    _Sink.posts = []
+    post_url = f"http://127.0.0.1:{sink.server_address[1]}/hook"
+    answers: list[Output] = []
+    try:
+        serve = _Serve(env, incidents, logs, post_url, tmp_path / "serve.log")
+        try:
+            answers.append(Output("firing answer", serve.post(_serve_payload("firing"))[1]))
+            _wait("the verdict posted", lambda: _Sink.posts)
+            answers.append(Output("resolved answer", serve.post(_serve_payload("resolved"))[1]))
+            _wait("the resolution posted", lambda: len(_Sink.posts) >= 2)
+            code, text = serve.post({**_serve_payload("firing"), "version": "3"})
+            answers.append(Output("400 answer", text))
+            assert code == 400
+        finally:
+            serve.stop()
+        journal = incidents / ".triage-serve" / "journal.jsonl"
+        journal.chmod(0o644)                       # as an older receiver left it
+        again = _Serve(env, incidents, logs, post_url, tmp_path / "serve.log")
+        try:
+            answers.append(Output("duplicate answer", again.post(_serve_payload("firing"))[1]))
+        finally:
+            again.stop()
+    finally:
+        sink.shutdown()
+        sink.server_close()
+
+    [bundle_dir] = [p for p in incidents.iterdir() if not p.name.startswith(".")]
+    assert json.loads(answers[-1].text)["duplicates"] == 1
+    outputs = answers + [Output(f"post {i}", body) for i, body in enumerate(_Sink.posts)]
+    outputs += [Output("serve stderr", (tmp_path / "serve.log").read_text(errors="replace"))]
+    outputs += _files(incidents)                   # the journal, the outbox, the bundle (log copy included)
+    assert "Traceback" not in outputs[-1].text
+    found = scan(outputs)
+    assert not found, f"{sum(map(len, found.values()))} secret(s) leaked: {found}"
+
+    assert oct(journal.stat().st_mode & 0o777) == oct(0o600)
+    alert_files = sorted((bundle_dir / "alerts").glob("*.json"))
+    assert len(alert_files) == 2 and all(p.stat().st_mode & 0o777 == 0o600 for p in alert_files)
+    for line in journal.read_text().splitlines():
+        json.loads(line)
+    for p in alert_files:
+        json.loads(p.read_text())
+    meta = yaml.safe_load((bundle_dir / "incident.yaml").read_text())
+    assert meta["title"] == "VLLMEngineDead on gpu-node-3:8000: vLLM engine died; db password=***"
+    assert meta["links"] == ["http://prom:***@prometheus:9090/graph?g0.expr=up&access_token=***&sig=***"]
+    assert json.loads(_Sink.posts[0])["alert"]["labels"]["token"] == "***"
+
+
+# --- triage watch --exporter: the server label of a URL with credentials --------------------------
+
+EXPORTER_SECRETS = {
+    "watch_url_password": _rand(19),
+    "watch_url_token": _rand(27),
+    "watch_url_access_token": _rand(30),
+    "watch_url_sig": _rand(43, _B64),
+}
+_FRAGMENTS.update({name: fragments(value) for name, value in EXPORTER_SECRETS.items()})
+
+
+def test_the_exporter_labels_a_server_without_its_credentials(env, metrics_port):
+    import signal
+    import time
+    import urllib.parse
+    import urllib.request
+
+    x = EXPORTER_SECRETS
+    sig = urllib.parse.quote(x["watch_url_sig"], safe="")
+    url = (f"http://watcher:{x['watch_url_password']}@127.0.0.1:{metrics_port}/?token={x['watch_url_token']}"
+           f"&access_token={x['watch_url_access_token']}&sig={sig}")
+    proc = subprocess.Popen([sys.executable, "-m", "triage", "watch", "--vllm-url", url, "--interval", "0.3",
+                             "--exporter", "0", "--no-nvml"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    scraped = ""
+    try:
+        first = proc.stderr.readline()
+        m = re.search(r"exporter (http://127\.0\.0\.1:\d+/metrics)", first)
+        assert m, first
+
+        def labelled() -> bool:
+            nonlocal scraped
+            with urllib.request.urlopen(m.group(1), timeout=5) as resp:
+                scraped = resp.read().decode()
+            return 'triage_source_up{' in scraped and "server=" in scraped
+        deadline = time.monotonic() + 20
+        while not labelled() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+    assert "Traceback" not in err, err[-3000:]
+    found = scan([Output("exporter scrape", scraped), Output("watch stdout", out), Output("watch stderr", first + err)])
+    assert not found, f"{sum(map(len, found.values()))} secret(s) leaked: {found}"
+    masked = f"http://watcher:***@127.0.0.1:{metrics_port}/?token=***&access_token=***&sig=***"
+    assert f'server="{masked}"' in scraped, scraped[:3000]
+
+
+def test_at_least_sixty_distinct_secrets_are_planted():
+    every = {**SECRETS, **SIM_SECRETS, **SERVE_SECRETS, **EXPORTER_SECRETS}
+    assert len(every) >= 60 and len(set(every.values())) == len(every)
 
 
 # --- recover --execute against a live server started with secrets on its command line ------------

@@ -5,7 +5,6 @@ Errors become one line on stderr and an exit code in one place (`TriageGroup.inv
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Sequence
@@ -204,7 +203,9 @@ def eval_cmd(corpus: str, as_json: bool, verbose: bool) -> None:
 
     report = evaluate_corpus(corpus)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        from .output import echo_json
+
+        echo_json(report.to_json(), indent=2)
     else:
         from .eval_render import render_eval
 
@@ -237,10 +238,12 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
 
     books = load_runbooks([Path(d) for d in dirs])
     if as_json:
-        click.echo(json.dumps({b.id: {"title": b.title, "applies_to": list(b.applies_to), "source": b.source,
-                                      "steps": [{"id": s.id, "action": s.action, "timeout_s": s.timeout_s,
-                                                 "on_failure": s.on_failure} for s in b.steps]}
-                               for b in books.values()}, indent=2))
+        from .output import echo_json
+
+        echo_json({b.id: {"title": b.title, "applies_to": list(b.applies_to), "source": b.source,
+                          "steps": [{"id": s.id, "action": s.action, "timeout_s": s.timeout_s,
+                                     "on_failure": s.on_failure} for s in b.steps]}
+                   for b in books.values()}, indent=2)
         return
     for book in books.values():
         click.echo(wrap_plain(f"{book.id:14s} {book.title}  ({len(book.steps)} steps: "

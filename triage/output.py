@@ -8,6 +8,10 @@ Two layers, because one is not enough on its own:
 * `masked_streams()` replaces stdout and stderr for the length of a command with streams that
   mask every line written, whichever module wrote it (a warning, an error, a progress line).
 
+A JSON document is the one exception to the second layer: `echo_json` masks every value (and
+key) before it serialises, and writes the text as it is. Masking the serialised text again could
+cut an escape (`\"`) and print a document no parser accepts.
+
 Only `re` is imported at start-up: `triage classify` stays cold.
 """
 from __future__ import annotations
@@ -36,11 +40,31 @@ def echo(message: Any = "", *, err: bool = False, nl: bool = True) -> None:
 
 def echo_json(document: Any, **dumps: Any) -> None:
     """A JSON document on stdout, masked value by value before it is serialised (a secret
-    inside an escaped string is still seen whole)."""
+    inside an escaped string is still seen whole); the serialised text is never masked again."""
+    print_verbatim(json_text(document, **dumps) + "\n")
+
+
+def json_text(document: Any, **dumps: Any) -> str:
+    """`document` masked value by value, then serialised: what `echo_json` prints and what a
+    JSON file is written with."""
+    default = dumps.pop("default", None)
+    if default is not None:                          # what it turns an object into is masked as well
+        dumps["default"] = lambda value: mask(default(value))
+    # allow_nan=False: `Infinity` / `NaN` are not JSON; readers drop such numbers before they get here
+    return json.dumps(mask(document), allow_nan=False, **dumps)
+
+
+def print_verbatim(text: str) -> None:
+    """Text already masked (a serialised document) on stdout as it is, past the line masking of
+    masked_streams(); other text goes through `echo`."""
     import click
 
-    # allow_nan=False: `Infinity` / `NaN` are not JSON; readers drop such numbers before they get here
-    click.echo(json.dumps(mask(document), allow_nan=False, **dumps))
+    out = sys.stdout
+    if isinstance(out, MaskedStream):
+        out.write_verbatim(text)
+        out.flush()
+    else:
+        click.echo(text, nl=False)
 
 
 # -- width of human output ----------------------------------------------------------------------
@@ -125,6 +149,14 @@ class MaskedStream(io.TextIOBase):
             self.inner.write(mask_text(ready))
         return len(text)
 
+    def write_verbatim(self, text: str) -> None:
+        """Forward `text` unmasked: only for text whose values were masked before it was
+        serialised (see echo_json). What was held before it goes out masked first."""
+        if self._held:
+            ready, self._held = self._held, ""
+            self.inner.write(mask_text(ready))
+        self.inner.write(text)
+
     def flush(self) -> None:
         if self._held:
             ready, self._held = self._held, ""
@@ -152,4 +184,5 @@ def masked_streams() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
-__all__ = ["DEFAULT_WIDTH", "MaskedStream", "echo", "echo_json", "mask", "masked_streams", "output_width", "wrap_plain"]
+__all__ = ["DEFAULT_WIDTH", "MaskedStream", "echo", "echo_json", "json_text", "mask", "masked_streams", "output_width",
+           "print_verbatim", "wrap_plain"]

@@ -14,9 +14,11 @@ changes nothing.
 What counts as a secret:
 * flags that take one (`--api-key X`, `--hf-token=X`, `--ssl-keyfile-password X`, any
   `--*-password`, `--*-token`, `--*-secret`, `--*-key`), also as Python reprs
-  (`api_key='X'`, `Namespace(api_key='X')`, `['--api-key', 'X']`);
+  (`api_key='X'`, `Namespace(api_key='X')`, `['--api-key', 'X']`); the value is masked whatever
+  its first character (`--ssl-keyfile-password -Sx...`);
 * `KEY=value` / `key: value` / `"key": "value"` pairs whose name says secret (HF_TOKEN,
-  AWS_SECRET_ACCESS_KEY, db_password, pw, pwd, passwd, AccountKey, X-Amz-Signature, ...);
+  AWS_SECRET_ACCESS_KEY, db_password, pw, pwd, passwd, AccountKey, X-Amz-Signature, ...). Names
+  are read as whole words: `time_per_token`, `max_tokens`, `token_count` are not secrets;
 * URL passwords (`https://user:PASSWORD@host`) and token query parameters (`?token=`,
   `&access_token=`, `&sig=`, `?key=`, `X-Amz-Signature=`, ...);
 * bearer / authorization headers, bare JWTs, private key blocks;
@@ -39,17 +41,25 @@ from typing import Any, Callable, Mapping
 
 MASK = "***"
 
-# Key names whose values are secrets: one `_`-separated part names a secret (hf_token,
-# AWS_SECRET_ACCESS_KEY, x-api-key, db_password, pw), or a camelCase name ends with one
-# (accessToken, clientSecret, AccountKey). "tokens", "tokenizer", "max_num_batched_tokens",
-# "prompt_token_ids" are not secrets.
-_SECRET_PART = re.compile(
-    r"(?:^|_)(?:token(?!_ids?(?:_|$))|secret|password|passwd|passphrase|pw|pwd|apikey|api_key|access_key|"
-    r"secret_key|private_key|account_key|accountkey|signature|sig|authorization|auth|credentials?|cookie)"
-    r"(?:_|$)"
-)
-_SECRET_SUFFIX = ("token", "secret", "password", "passwd", "apikey", "accountkey", "accesskey", "secretkey",
-                  "privatekey", "sharedaccesskey", "sharedaccesssignature", "clientsecret")
+# Key names whose values are secrets, read as whole words: a name is split into words at `_`, `-`,
+# spaces and camelCase (`X-Amz-Signature`, `accessToken`, `AccountKey`; a dotted name is read by its
+# last part). These words name a secret wherever they stand (db_password, AWS_SECRET_ACCESS_KEY,
+# OPENAI_API_KEY, client_secret), and a last word ending in one is a secret too (dbpassword):
+_SECRET_WORDS = frozenset({"secret", "password", "passwd", "passphrase", "apikey", "accountkey", "accesskey",
+                           "secretkey", "privatekey", "sharedaccesskey", "sharedaccesssignature", "clientsecret"})
+_SECRET_ENDINGS = tuple(sorted(_SECRET_WORDS))
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("secret", "key"), ("private", "key"),
+                           ("account", "key")})
+# ... these only as the last word, which says what the value is (`hf_token`, `x-auth-token`, `sig`,
+# `X-Amz-Credential`): `token_count`, `auth_type` and `sig_figs` are not secrets ...
+_LAST_WORDS = frozenset({"token", "sig", "signature", "auth", "authorization", "credential", "credentials",
+                         "cookie", "pw", "pwd"})
+# ... and a last word `token` is a statistic or a tokenizer's, not a credential, after one of these
+# (time_per_token, time_to_first_token, eos_token): plurals (max_tokens) are never secrets.
+_NOT_TOKEN_AFTER = frozenset({"per", "first", "next", "last", "output", "input", "prompt", "generated", "eos",
+                              "bos", "pad", "unk", "sep", "cls", "mask", "start", "end", "stop", "special", "inter"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_WORD_SPLIT = re.compile(r"[_\-\s]+")
 # Names that look like one but are not: the shell's working directory (`pwd=` is a password).
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # In a URL's query string a short name can be a key too (`?key=AIza...`, an OAuth `&code=`).
@@ -86,10 +96,15 @@ _SHAPE_LITERALS: tuple[tuple[str, ...], ...] = (
 _PRIVATE_KEY = re.compile(
     r"(?P<begin>-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)(?:[^-]|-(?!----END [A-Z0-9 ]{0,40}PRIVATE KEY))*"
     r"(?P<end>-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|$)")
+# A bare value's characters: a backslash only with the character it escapes and never before a
+# quote, so that masking text that holds serialised JSON (`password=\"x\"`) cannot cut an escape.
+_BARE = r"(?:[^\s\"'&;,\\]|\\[^\s\"'])"
+# A value quoted inside a JSON string (`password=\"hunter two\"`): masked whole, escapes kept.
+_ESCAPED_QUOTED = r"\\\"(?:[^\"\\\n]|\\[^\"\n])*(?:\\\")?"
 # `Authorization: Bearer xyz` (any scheme, or none); then a bare `Bearer xyz` anywhere.
 _AUTH_HEADER = re.compile(
-    r"(?i)(?<![A-Za-z0-9_\-])((?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
-    r"(?:(bearer|basic|token|digest)[ \t]+)?([^\s\"',;]+)"
+    r"(?i)(?<![A-Za-z0-9_\-])((?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?)"
+    r"(?:(bearer|basic|token|digest)[ \t]+)?((?:[^\s\"',;\\]|\\[^\s\"'])+)"
 )
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(bearer)[ \t]+([A-Za-z0-9._~+/=\-]{8,})")
 # scheme://user:PASSWORD@host. The password may hold "/" and "+" (an AWS secret key written raw
@@ -97,15 +112,16 @@ _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(bearer)[ \t]+([A-Za-z0-9._~+/=\-]
 _URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([^\s@:]+)@")
 # The name and separator of `KEY=value`, `key: value`, `"key": "value"`, `--api-key=value`; the
 # value is read by _VALUE only after a secret name (see _mask_pairs).
-_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<q>[\"']?)"
+_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<q>(?:\\?[\"'])?)"
                    r"(?P<sep>[ \t]*[=:][ \t]*)")
-_VALUE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"?|'(?:[^'\\\n]|\\.)*'?|\[[^\]\n]*\]?|[^\s\"'&;,]+")
+_VALUE = re.compile(_ESCAPED_QUOTED + r"|\"(?:[^\"\\\n]|\\.)*\"?|'(?:[^'\\\n]|\\.)*'?|\[[^\]\n]*\]?|"
+                    + _BARE + "+")
 # --api-key value, and ['--api-key', 'value'] in a list repr (inside one string, e.g. a logged
-# command line); the value never starts with "-" (that is the next flag).
-_FLAG_VALUE = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?P<flag>--?[A-Za-z][A-Za-z0-9_.\-]*)"
-    r"(?P<sp>[ \t]+|[\"'],[ \t]*)(?P<val>\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|[^\s\"'\-][^\s\"']*)"
-)
+# command line). Every flag is found; only a secret one's value is read, whatever its first
+# character (`--ssl-keyfile-password -Sx...`), so a harmless flag never swallows the next one.
+_FLAG_AT = re.compile(r"(?<![A-Za-z0-9_.\-])--?[A-Za-z][A-Za-z0-9_.\-]*")
+_FLAG_ARG = re.compile(r"(?P<sp>(?<![ \t])[ \t]+|\\?[\"'],[ \t]*)(?P<val>" + _ESCAPED_QUOTED
+                       + r"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|(?:[^\s\"'\\]|\\[^\s\"'])+)")
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)$")
 _SCHEME = re.compile(r"(?i)(bearer|basic|token|digest)\s+\S")
 
@@ -134,24 +150,36 @@ _HINTS = ("tok", "secret", "pass", "pw", "key", "sig", "auth", "cred", "cookie")
 
 @functools.lru_cache(maxsize=4096)
 def is_secret_key(name: str) -> bool:
-    """True when a dict key, env var, or flag name names a secret (case-insensitive)."""
-    lowered = name.lower()
-    if not any(h in lowered for h in _HINTS):
+    """True when a dict key, env var, or flag name names a secret (case-insensitive, whole words)."""
+    if not any(h in name.lower() for h in _HINTS):
         return False
     # A dotted name is named by its last part: `db.password` is a password, `secret.log` a file.
     bare = name.strip().strip("-\"'").rsplit(".", 1)[-1]
     if bare in _NOT_SECRET_NAMES:
         return False
-    key = re.sub(r"[-\s]", "_", bare.lower())
-    if bool(_SECRET_PART.search(key)) or key.endswith(_SECRET_SUFFIX):
+    words = [w for w in _WORD_SPLIT.split(_CAMEL.sub("_", bare).lower()) if w]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS for w in words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:])):
+        return True
+    if _secret_last_word(words):
         return True
     # `--foo-key` on a command line and `FOO_KEY` in an environment hold keys (`--ssl-keyfile`
     # does not end in "key"); a lone `key` says too little.
-    return key.endswith("_key") and (name.lstrip().startswith("--") or bare.isupper())
+    return len(words) > 1 and words[-1] == "key" and (name.lstrip().startswith("--") or bare.isupper())
+
+
+def _secret_last_word(words: list[str]) -> bool:
+    last = words[-1]
+    if last.endswith("token") and not last.endswith("pertoken"):        # hf_token, accesstoken
+        return len(words) == 1 or words[-2] not in _NOT_TOKEN_AFTER
+    return last in _LAST_WORDS or last.endswith(_SECRET_ENDINGS)
 
 
 def mask(secret: str) -> str:
     """The mask for one secret value, keeping a hint of its kind (quotes kept)."""
+    if len(secret) >= 4 and secret.startswith('\\"') and secret.endswith('\\"'):
+        return '\\"' + mask(secret[2:-2]) + '\\"'       # quoted inside a JSON string
     if len(secret) >= 2 and secret[0] == secret[-1] and secret[0] in "\"'":
         return secret[0] + mask(secret[1:-1]) + secret[0]
     scheme = _SCHEME.match(secret)
@@ -183,7 +211,7 @@ def redact_text(text: str) -> str:
     if "://" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{MASK}@", text)
     text = _mask_pairs(text)
-    return _FLAG_VALUE.sub(_flag_value, text)
+    return _mask_flags(text)
 
 
 def redact_argv(argv: list[Any] | tuple[Any, ...]) -> list[Any]:
@@ -223,6 +251,7 @@ class _Masker:
     text: Callable[[str], str]
     prompts: bool                                   # mask the values of prompt-like keys whole
     seen: dict[int, Any] = dataclasses.field(default_factory=dict)   # id -> masked copy (shared records)
+    keys: dict[str, str] = dataclasses.field(default_factory=dict)   # key -> masked key
 
 
 def _walk(value: Any, m: _Masker) -> Any:
@@ -233,7 +262,8 @@ def _walk(value: Any, m: _Masker) -> Any:
     if isinstance(value, (bytes, bytearray)):
         return m.text(bytes(value).decode("utf-8", errors="replace"))
     if isinstance(value, Mapping):
-        return {k: _item(k, v, m) for k, v in value.items()}
+        # keys too: a label set, a URL or a command line can be a key
+        return {_key(k, m): _item(k, v, m) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         out = _argv(value, lambda v: _walk(v, m))
         if hasattr(value, "_fields"):             # a named tuple keeps its type
@@ -258,6 +288,14 @@ def _dataclass(value: Any, m: _Masker) -> Any:
         copy = value                               # a dataclass that cannot be rebuilt: left as it is
     m.seen[id(value)] = copy
     return copy
+
+
+def _key(key: Any, m: _Masker) -> Any:
+    if not isinstance(key, str):
+        return key
+    if key not in m.keys:                           # a document repeats its few keys many times
+        m.keys[key] = m.text(key)
+    return m.keys[key]
 
 
 def _item(key: Any, value: Any, m: _Masker) -> Any:
@@ -322,10 +360,26 @@ def _auth_header(m: re.Match[str]) -> str:
     return f"{m.group(1)}{scheme}{MASK}"
 
 
-def _flag_value(m: re.Match[str]) -> str:
-    if not is_secret_key(m.group("flag")) or m.group("val").lower() in _NOT_SECRET:
-        return m.group(0)
-    return f"{m.group('flag')}{m.group('sp')}{mask(m.group('val'))}"
+def _mask_flags(text: str) -> str:
+    """Mask the value after every secret flag (`--api-key X`, `'--hf-token', 'X'`), whatever it
+    starts with. A scanner, like _mask_pairs: a value is read only after a secret flag's name."""
+    if "-" not in text:
+        return text
+    out: list[str] = []
+    pos = 0
+    for m in _FLAG_AT.finditer(text):
+        if m.start() < pos or not is_secret_key(m.group(0)):
+            continue                                  # inside a value already masked, or harmless
+        arg = _FLAG_ARG.match(text, m.end())
+        if arg is None or arg.group("val").lower() in _NOT_SECRET:
+            continue
+        if _FLAG.match(arg.group("val")) and is_secret_key(arg.group("val")):
+            continue                                  # `--api-key --hf-token X`: X is the value to mask
+        out.append(text[pos:arg.start("val")])
+        out.append(mask(arg.group("val")))
+        pos = arg.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 __all__ = ["MASK", "is_secret_key", "mask", "mask_prompts", "mask_text", "redact", "redact_argv",

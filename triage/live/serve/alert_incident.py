@@ -11,6 +11,9 @@ writes one: in a hidden directory beside it, renamed into place whole. It holds
                                     are read against); `alert:` its labels, startsAt, fingerprint;
                                     `collected:` what each source gave; `triage:` the verdict
 
+The alert arrives masked (alert_payload.py), and incident.yaml is masked value by value again
+before it is written; the alerts/ files are the receiver's user's alone (0600).
+
 The verdict is the bundle's own (what `triage classify INCIDENT` says: log and series readings
 together) when that names a class; else the verdict of the instance's series read as the fleet
 mode reads them (lifetimes, restarts, memory at its limit); else the bundle's `unknown`, naming
@@ -19,6 +22,7 @@ moment at its endsAt, which `triage timeline` reads as the end of the incident.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +34,7 @@ from ...errors import TriageError
 from ...timeline.notes import SERVE_AUTHOR
 from .alert_payload import Alert, envelope_bytes
 from .alert_sources import LogsFrom, gather_logs, gather_series
+from .private import PRIVATE, write_private
 from ..source import OK, SourceRun
 from ..staging import Staging, utc_now
 
@@ -120,10 +125,7 @@ def close_incident(path: Path, alert: Alert) -> dict[str, Any]:
 
     ends = alert.ends or datetime.now(timezone.utc)
     stamp = ends.astimezone(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
-    from ...postmortem.render import write_atomic
-
-    (path / "alerts").mkdir(exist_ok=True)
-    write_atomic(path / "alerts" / f"{stamp}-resolved.json", envelope_bytes(alert).decode("utf-8"))
+    write_private(path / "alerts" / f"{stamp}-resolved.json", envelope_bytes(alert), folder_created=True)
     when = _z(ends)
     at = when if ends <= datetime.now(timezone.utc) else None       # a note is never dated in the future
     where = alert.labels.get("instance") or alert.labels.get("pod") or ""
@@ -152,14 +154,13 @@ def _existing(target: Path, alert: Alert) -> Path | None:
 def _alert_file(staging: Staging, alert: Alert) -> SourceRun:
     run = SourceRun("alert", "POST /alertmanager", 10.0, staging)
     stamp = utc_now()[:19].replace(":", "-") + "Z"
-    run.write(f"alerts/{stamp}-{alert.status}.json", envelope_bytes(alert))
+    record = run.write(f"alerts/{stamp}-{alert.status}.json", envelope_bytes(alert))
+    os.chmod(staging.root / record.path, PRIVATE)
     run.ok(f"{alert.name} {alert.status} since {alert.starts_at}")
     return run
 
 
 def _describe(alert: Alert, runs: list[SourceRun], settings: Settings) -> dict[str, Any]:
-    from ...redact import redact
-
     raw = alert.envelope["alerts"][0]
     annotations = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
     where = alert.labels.get("instance") or alert.labels.get("pod") or alert.labels.get("node")
@@ -173,9 +174,9 @@ def _describe(alert: Alert, runs: list[SourceRun], settings: Settings) -> dict[s
     meta["created"] = _z(alert.starts)
     if raw.get("generatorURL"):
         meta["links"] = [raw["generatorURL"]]
-    meta["alert"] = redact({"name": alert.name, "status": "firing", "startsAt": alert.starts_at,
-                            "fingerprint": alert.fingerprint, "key": alert.key, "labels": alert.labels,
-                            "annotations": annotations, "receiver": alert.envelope.get("receiver")})
+    meta["alert"] = {"name": alert.name, "status": "firing", "startsAt": alert.starts_at,
+                     "fingerprint": alert.fingerprint, "key": alert.key, "labels": alert.labels,
+                     "annotations": annotations, "receiver": alert.envelope.get("receiver")}
     meta["collected"] = {
         "by": f"triage {__version__} serve", "received": utc_now(),
         **({"logs_from": settings.logs_from.describe()} if settings.logs_from else {}),
@@ -194,8 +195,11 @@ def _said(run: SourceRun) -> str:
 def _write_yaml(staging: Staging, meta: dict[str, Any]) -> None:
     import yaml
 
+    from ...redact import redact_output
+
+    # masked as values, before YAML lays them out (a wrapped line could cut a secret in two)
     text = "# Written by `triage serve` for an Alertmanager alert.\n" + \
-           yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=100)
+           yaml.safe_dump(redact_output(meta), sort_keys=False, allow_unicode=True, width=100)
     staging.write_meta("incident.yaml", text)
 
 

@@ -13,6 +13,8 @@ fsync'd (the notes' writer), so a crash leaves whole lines:
     {"op": "fail",    "key": K, "reason": R}                   given up; a re-send tries again
 
 At start the journal is read and rewritten compactly (one line per alert still worth knowing).
+The journal holds alerts, so it is the receiver's user's alone (0600, in a 0700 directory), and
+every line is masked value by value before it is serialised.
 """
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator
+
+from ...safedir import HeldDir
+from .private import PRIVATE, make_private_dir
 
 STATE_DIR = ".triage-serve"
 FILENAME = "journal.jsonl"
@@ -50,7 +55,10 @@ class Journal:
 
     def __init__(self, incidents: Path) -> None:
         self.dir = incidents / STATE_DIR
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.dir)
+        # Held for the receiver's lifetime: the journal is written beneath this descriptor, so a link
+        # planted as the state folder or the journal never redirects a write.
+        self.held = HeldDir.open(self.dir)
         self.path = self.dir / FILENAME
         self.lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
@@ -155,17 +163,14 @@ class Journal:
                 lines.append({"op": "resolve", "key": e.key, "alert": e.resolution})
             if e.state == CLOSED:
                 lines.append({"op": "close", "key": e.key, "incident": e.incident})
-        tmp = self.path.with_name(FILENAME + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.writelines(_line(doc) for doc in lines)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
+        self.held.write_atomic(FILENAME, "".join(_line(doc) for doc in lines).encode("utf-8"), PRIVATE)
 
     def _write(self, ops: list[dict[str, Any]]) -> None:
         data = "".join(_line(doc) for doc in ops).encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd, created = self.held.open_append(FILENAME, PRIVATE)
         try:
+            if not created:
+                os.fchmod(fd, PRIVATE)             # a journal an older receiver left readable by all
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -175,4 +180,6 @@ class Journal:
 
 
 def _line(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, ensure_ascii=False, sort_keys=True) + "\n"
+    from ...redact import redact_output
+
+    return json.dumps(redact_output(doc), ensure_ascii=False, sort_keys=True) + "\n"

@@ -5,6 +5,10 @@ so every alert of the group is checked here (status, labels, `startsAt`, `finger
 the first one is queued. What is kept of each alert is the group's envelope around that alert
 alone: the bundle's alerts/ file is then a valid webhook payload of the incident's own alert,
 which `triage classify` and `triage timeline` read like any other.
+
+Secrets an alert carries (a token label, a password in a description, a signed generatorURL)
+are masked as the payload is read, before anything is checked or kept: the journal, the bundle
+and the posted verdict only ever see the masked alert.
 """
 from __future__ import annotations
 
@@ -64,6 +68,7 @@ def parse_payload(body: bytes) -> Payload:
         raise PayloadError("the body is not UTF-8 text") from None
     except ValueError as exc:          # JSONDecodeError and too-deep documents alike
         raise PayloadError(f"the body is not JSON: {str(exc)[:200]}") from None
+    doc = _masked(doc)
     if not isinstance(doc, dict):
         raise PayloadError("the payload is not a JSON object")
     version = doc.get("version")
@@ -117,6 +122,14 @@ def _alert(raw: Any, i: int, envelope: Mapping[str, Any]) -> Alert:
     return Alert(status, dict(labels), fingerprint.strip(), starts_at, starts, ends, own)
 
 
+def _masked(doc: Any) -> Any:
+    """The payload with every value (and key) masked as output is. The alert's key
+    (fingerprint@startsAt) is read from the masked payload too: a re-sent alert gets the same one."""
+    from ...redact import redact_output
+
+    return redact_output(doc)
+
+
 def _one_of(value: Any, where: str) -> str:
     if value not in STATUSES:
         raise PayloadError(f"{where} is {value!r}, not one of {', '.join(STATUSES)}")
@@ -124,10 +137,8 @@ def _one_of(value: Any, where: str) -> str:
 
 
 def envelope_bytes(alert: Alert) -> bytes:
-    """The alert's envelope as the bundle keeps it (secrets in labels or annotations masked)."""
-    from ...redact import redact
-
-    return (json.dumps(redact(alert.envelope), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """The alert's envelope as the bundle keeps it: masked value by value, then serialised."""
+    return (json.dumps(_masked(alert.envelope), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def from_envelope(envelope: Mapping[str, Any]) -> Alert:

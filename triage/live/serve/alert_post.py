@@ -8,7 +8,8 @@ a person adds --execute.
 
 A message is kept in INCIDENTS/.triage-serve/outbox/ until the receiver took it (2xx), so a
 receiver that is down, or a stop in the middle of a post, loses nothing: what is left there is
-sent again at the next start.
+sent again at the next start. A kept message is masked value by value before it is serialised
+(what is posted is that file) and is the receiver's user's alone (0600).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 from .alert_incident import Opened
 from .alert_journal import STATE_DIR
 from .alert_payload import Alert
+from .private import make_private_dir, write_private
 
 SCHEMA = "triage.alert/v1"
 OUTBOX = "outbox"
@@ -65,10 +67,10 @@ def resolved_message(alert: Alert, path: Path, note: dict[str, Any]) -> dict[str
 
 
 def _alert(alert: Alert) -> dict[str, Any]:
-    from ...redact import redact
+    from ...redact import redact_output
 
-    return redact({"name": alert.name, "status": alert.status, "startsAt": alert.starts_at,
-                   "fingerprint": alert.fingerprint, "labels": alert.labels})
+    return redact_output({"name": alert.name, "status": alert.status, "startsAt": alert.starts_at,
+                          "fingerprint": alert.fingerprint, "labels": alert.labels})
 
 
 def _where(alert: Alert) -> str:
@@ -88,12 +90,12 @@ class Poster:
         return self.incidents / STATE_DIR / OUTBOX
 
     def keep(self, name: str, message: dict[str, Any]) -> Path:
-        """The message into the outbox (written whole), before it is sent."""
-        from ...postmortem.render import write_atomic
+        """The message into the outbox (written whole, masked), before it is sent."""
+        from ...redact import redact_output
 
-        self.outbox.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.outbox)
         path = self.outbox / f"{time.time_ns()}-{name}.json"
-        write_atomic(path, json.dumps(message, ensure_ascii=False))
+        write_private(path, json.dumps(redact_output(message), ensure_ascii=False).encode("utf-8"))
         return path
 
     def left(self) -> list[Path]:

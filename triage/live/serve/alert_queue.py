@@ -139,6 +139,9 @@ class AlertQueue:
             try:
                 self._open(key)
                 self._close(key)
+            except (OSError, TriageError) as exc:    # the journal cannot be written: kept, tried at the next start
+                self.stats.failures.labels("incident").inc()
+                log.error("alert %s: journal not written: %s", key, exc)
             finally:
                 with self.cond:
                     self.busy.discard(key)

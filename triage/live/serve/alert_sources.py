@@ -13,8 +13,8 @@ Logs come from one of two places (`--logs-from`):
 
 Either way the tail of each log is copied, masked, as `triage collect` copies it. The series are
 the instance's (its `instance` label) from `startsAt - lookback` to `startsAt + after` (or now),
-read through the fleet library and written to metrics/ as timestamped exposition text, which the
-bundle's own classification reads like any scrape.
+read through the fleet library and written to metrics/ as timestamped exposition text (label
+values masked), which the bundle's own classification reads like any scrape.
 """
 from __future__ import annotations
 
@@ -151,6 +151,9 @@ def exposition(series: Iterable[Any]) -> bytes:
 
 
 def _escape(value: str) -> str:
+    from ...redact import mask_text
+
+    value = mask_text(value)               # a label can hold a URL with its password, or a token
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 

@@ -7,7 +7,7 @@
 Every request is checked in the order that costs least: the token (401), the rate (429), the
 body's declared size (411, 413: refused before a byte of it is read), then the payload whole
 (400 with the reason); only then is anything queued (429 when the queue has no room, 503 while
-stopping). Answers are JSON with an `error` field saying why.
+stopping or when the journal cannot be written). Answers are JSON with an `error` field saying why.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ...errors import TriageError
 from .alert_payload import PayloadError, parse_payload
 from .alert_queue import AlertQueue, QueueFull, Stopping
 
@@ -120,6 +121,10 @@ class Handler(BaseHTTPRequestHandler):
         except Stopping:
             self._json(503, {"error": "shutting down"}, {"Retry-After": "10"})
             return
+        except (OSError, TriageError) as exc:     # the journal cannot be written: nothing was accepted
+            log.error("journal not written: %s; payload of %d alert(s) refused", exc, len(payload.alerts))
+            self._json(503, {"error": "the receiver cannot keep alerts now"}, {"Retry-After": "30"})
+            return
         self._json(200, {"status": "ok", **receipt.json()})
 
     def do_PUT(self) -> None:
@@ -176,7 +181,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _json(self, code: int, doc: dict[str, Any], headers: dict[str, str] | None = None,
               close: bool = False) -> None:
-        self._send(code, (json.dumps(doc) + "\n").encode(), "application/json", headers, close)
+        from ...redact import redact_output
+
+        self._send(code, (json.dumps(redact_output(doc)) + "\n").encode(), "application/json", headers, close)
 
     def _send(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None,
               close: bool = False) -> None:

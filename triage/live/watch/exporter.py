@@ -7,10 +7,13 @@ from the latest reading at scrape time: a server, GPU or risk class that went aw
 series left behind, and the watch loop never blocks on a scrape. The private registry carries
 none of prometheus-client's process or platform collectors.
 
-`triage_source_up{source="nvml"}` is host-wide: its `server` label is empty.
+`triage_source_up{source="nvml"}` is host-wide: its `server` label is empty. The `server` label
+is the --vllm-url masked as every output is (a password in it, `?token=`, `&sig=`...): a scrape
+of the exporter is an output like any other.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +66,16 @@ def _each(items: Callable[[Reading], Iterable[Any]], labels: Callable[[Any], dic
     return samples
 
 
+@functools.lru_cache(maxsize=256)
+def server_label(url: str) -> str:
+    """The `server` label of a --vllm-url: masked (a few URLs, asked at every scrape)."""
+    from ...redact import mask_text
+
+    return mask_text(url)
+
+
 def _per_server(value: Callable[[ServerView], float | None]) -> Callable[[Reading], Iterator[Sample]]:
-    return _each(lambda r: r.servers, lambda s: {"server": s.url}, value)
+    return _each(lambda r: r.servers, lambda s: {"server": server_label(s.url)}, value)
 
 
 def _gpu(value: Callable[[GpuView], float | None]) -> Callable[[Reading], Iterator[Sample]]:
@@ -77,20 +88,20 @@ def _discrepancy(reading: Reading) -> Iterator[Sample]:
         for i in s.gpus:
             gap = s.discrepancy(gpus[i]) if i in gpus else None
             if gap is not None:
-                yield {"server": s.url, "gpu": str(i)}, gap
+                yield {"server": server_label(s.url), "gpu": str(i)}, gap
 
 
 def _risk(reading: Reading) -> Iterator[Sample]:
     for s in reading.servers:
         heading = {r.oom_class for r in s.risks}
         for cls in RISK_CLASSES:
-            yield {"server": s.url, "class": cls}, 1.0 if cls in heading else 0.0
+            yield {"server": server_label(s.url), "class": cls}, 1.0 if cls in heading else 0.0
 
 
 def _source_up(reading: Reading) -> Iterator[Sample]:
     for s in reading.servers:
         for name, source in s.sources.items():
-            yield {"server": s.url, "source": name}, 1.0 if source.ok else 0.0
+            yield {"server": server_label(s.url), "source": name}, 1.0 if source.ok else 0.0
     if reading.nvml is not None:
         yield {"server": "", "source": "nvml"}, 1.0 if reading.nvml.ok else 0.0
 

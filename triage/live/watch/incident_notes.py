@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import TriageError
+from ...redact import mask_text
 from ...timeline.notes import MAX_TEXT, WATCH_AUTHOR, append_note
 from .alerts import Event
 
@@ -23,7 +24,7 @@ class IncidentNotes:
         self.failed: str | None = None      # the last write's problem, for the caller to say once
 
     def write(self, event: Event) -> bool:
-        text = PREFIX + event.text
+        text = mask_text(PREFIX + event.text)     # masked before it is cut: no half of a secret survives
         if len(text) > MAX_TEXT:
             text = text[:MAX_TEXT - 3] + "..."
         try:
