@@ -1,0 +1,57 @@
+"""The mined real cases: well-formed, split as their thread's URL says, never from a reserved
+thread, and read by the classifier without an error, a GPU/not-GPU misroute or a false alarm on
+a healthy log."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from triage.evaluate import evaluate_corpus
+
+from tests.conftest import CORPUS
+
+MINED = CORPUS / "mined"
+SPLITS = ("train", "holdout")
+LABELS = {"startup", "burst", "chronic", "prefix_cache", "not_gpu_oom", "no_oom"}
+RESERVED = CORPUS.parent.parent.parent / "shared" / "corpus" / "reserved-threads.txt"
+
+
+def _cases() -> list[tuple[str, Path]]:
+    return [(split, path) for split in SPLITS for path in sorted((MINED / split).glob("*.yaml"))]
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def test_the_batch_is_large_and_every_case_well_formed():
+    cases = _cases()
+    assert len(cases) >= 250
+    sources = [_load(p)["source"] for _, p in cases]
+    assert len(set(sources)) == len(sources), "one case per thread"
+    for split, path in cases:
+        case = _load(path)
+        assert case["label"] in LABELS and case["labels"] == [case["label"], case["label"]], path.name
+        assert case["sufficient"] in ("yes", "no") and case["log"].strip() and case["context"].strip()
+        in_holdout = int(hashlib.sha256(case["source"].encode()).hexdigest(), 16) % 3 == 0
+        assert (split == "holdout") == in_holdout, f"{path.name}: the split is the URL's, frozen"
+
+
+def test_no_case_from_a_reserved_or_already_used_thread():
+    used = {_load(p)["source"] for p in CORPUS.glob("*.yaml")}
+    reserved = set()
+    if RESERVED.exists():
+        reserved = {line.strip() for line in RESERVED.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    mined = {_load(p)["source"] for _, p in _cases()}
+    assert not mined & used and not mined & reserved
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_every_case_is_read_without_error_misroute_or_false_alarm(split):
+    report = evaluate_corpus(str(MINED / split))
+    assert report.total == len(list((MINED / split).glob("*.yaml")))
+    assert [c.name for c in report.cases if c.error] == []
+    assert report.misroutes == 0 and report.false_alarms == 0
