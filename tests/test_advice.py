@@ -103,3 +103,32 @@ def test_sglang_gets_sglang_flags(tmp_path):
     v = verdict_for(tmp_path, text)
     assert v.oom_class.value == "prefix_cache"
     assert "--disable-radix-cache" in v.command and "sglang" in v.command
+
+
+@pytest.mark.parametrize("engine, flag", [
+    ("vllm", "--max-num-seqs"), ("sglang", "--max-running-requests"), ("lmdeploy", "--max-batch-size"),
+    ("trtllm", "--max_batch_size"), ("llama.cpp", "--parallel"), ("mistral.rs", "--max-seqs"),
+    ("an-engine-with-no-table", "--max-num-seqs"),
+])
+def test_each_engine_gets_its_own_flag_for_a_setting(engine, flag):
+    from triage.advice import apply_changes
+    from triage.model import Recommendation
+
+    argv, env = apply_changes(["serve", "m"], [Recommendation("max_num_seqs", 64, 32, "why")], engine)
+    assert argv == ["serve", "m", flag, "32"] and env == {}
+
+
+def test_the_current_value_is_read_under_the_engines_own_name():
+    from triage.classes.settings import current
+    from triage.flowchart.context import first_arg
+
+    class Launch:
+        def __init__(self, engine, args):
+            self.engine, self.args = engine, args
+
+        def arg(self, *names):
+            return first_arg(self.args, names)
+
+    assert current(Launch("lmdeploy", {"cache_max_entry_count": 0.8}), "gpu_memory_utilization") == 0.8
+    assert current(Launch("sglang", {"mem_fraction_static": 0.88}), "gpu_memory_utilization") == 0.88
+    assert current(Launch("vllm", {"gpu_memory_utilization": 0.9}), "gpu_memory_utilization") == 0.9

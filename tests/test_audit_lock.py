@@ -18,7 +18,7 @@ import pytest
 from triage.errors import TriageError
 from triage.recovery.audit import GENESIS, AuditLog, canonical, record_hash, sha256, verify
 from triage.recovery.lock import Holder, HostLock, LockBusy, default_lock_path, proc_start
-from triage.recovery.redact import is_secret_key, redact
+from triage.redact import is_secret_key, redact
 
 HF = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dE3"
 SK = "sk-proj-" + "Zx8Cv7Bn6Mq5Wr4Et3Yu2Io1"

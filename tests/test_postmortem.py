@@ -24,7 +24,7 @@ from triage.postmortem import views
 from triage.postmortem.chart import Marker, build_chart
 from triage.postmortem.context import Inputs, build_context, load_inputs
 from triage.postmortem.mermaid import gantt
-from triage.recovery.redact import mask_prompts, redact, redact_output
+from triage.redact import mask_prompts, redact, redact_output
 
 from tests.conftest import ROOT, sample
 

@@ -21,12 +21,13 @@ from typing import Iterator
 
 import pytest
 
+from triage.live.procs import read_proc
 from triage.model import OomClass, Recommendation, Verdict
 from triage.recovery.actions import RUNNERS, gpu, launch, stop
 from triage.recovery.context import Deadline, ExecOptions, LaunchSpec, RunContext
 from triage.recovery.identify import Candidate, Identification, identify
-from triage.recovery.procs import Drifted, read_proc, send
 from triage.recovery.runbooks import ACTIONS, RunbookError, RunbookStep, load_runbooks, select, with_overrides
+from triage.recovery.signals import Drifted, send
 
 from .simkit import MODEL, alive, kill_group, wait_until
 
@@ -124,7 +125,7 @@ def test_stop_server_aborts_before_any_signal_when_one_pid_drifted(procs, tmp_pa
     info = result.processes[1].info
     result.processes[1] = result.processes[1].__class__(info.__class__(**{**info.__dict__, "start_ticks": 1}),
                                                         "APIServer", "test")
-    out = stop.run(step("stop_server", grace_s=1), ctx_for(tmp_path, result), Deadline(10))
+    out = stop.stop_server(step("stop_server", grace_s=1), ctx_for(tmp_path, result), Deadline(10))
     assert out.result == "aborted" and "reused" in out.output
     assert alive(a.pid) and alive(b.pid)
 
@@ -198,7 +199,7 @@ def test_stop_server_waits_until_nvml_no_longer_lists_the_pids(monkeypatch, proc
     fake = FakeNvml(used_gib=70, pids=(p.pid,))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     ident = identify([Candidate(p.pid, "--pid", "--pid")], MODEL)
-    out = stop.run(step("stop_server", grace_s=2), ctx_for(tmp_path, ident), Deadline(3))
+    out = stop.stop_server(step("stop_server", grace_s=2), ctx_for(tmp_path, ident), Deadline(3))
     assert out.result == "failed" and f"NVML still lists [{p.pid}]" in out.output   # the driver kept it
     assert not alive(p.pid)
 
@@ -397,7 +398,7 @@ def test_stop_server_also_stops_children_started_since_identification(procs, tmp
     assert ident.pids == [root.pid]                                  # no child yet
     assert wait_until(lambda: _children(root.pid), 5)
     (child,) = _children(root.pid)
-    out = stop.run(step("stop_server", grace_s=2), ctx_for(tmp_path, ident), Deadline(10))
+    out = stop.stop_server(step("stop_server", grace_s=2), ctx_for(tmp_path, ident), Deadline(10))
     assert out.result == "ok", out.output
     assert f"SIGTERM {child}" in out.output and "started since the server was identified" in out.output
     assert wait_until(lambda: not alive(child), 5)
@@ -427,12 +428,12 @@ def answering_url() -> Iterator[str]:
 def test_stop_server_with_nothing_identified_fails_while_the_server_still_answers(tmp_path, answering_url):
     ctx = ctx_for(tmp_path)
     ctx.url, ctx.relaunch_driver = answering_url, "process"
-    out = stop.run(step("stop_server"), ctx, Deadline(10))
+    out = stop.stop_server(step("stop_server"), ctx, Deadline(10))
     assert out.result == "failed" and "still answers" in out.output and "--pid" in out.by_hand
     ctx.relaunch_driver = "systemctl"                   # systemd replaces the unit's process itself
-    assert stop.run(step("stop_server"), ctx, Deadline(10)).result == "ok"
+    assert stop.stop_server(step("stop_server"), ctx, Deadline(10)).result == "ok"
     ctx.url, ctx.relaunch_driver = "http://127.0.0.1:9", "process"      # down: nothing to stop, fine
-    assert stop.run(step("stop_server"), ctx, Deadline(10)).result == "ok"
+    assert stop.stop_server(step("stop_server"), ctx, Deadline(10)).result == "ok"
 
 
 def test_a_relaunch_is_refused_while_the_server_still_runs(procs, tmp_path):

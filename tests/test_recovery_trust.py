@@ -31,12 +31,12 @@ import yaml
 
 from triage.cli import main
 from triage.errors import TriageError
+from triage.live.procs import boot_id, read_proc
 from triage.recovery.audit import GENESIS, AuditLog, canonical, mac_input, record_hash, sha256, verify
 from triage.recovery.context import ExecOptions
 from triage.recovery.hostkey import AuditKeyError, HostKey, default_key_path, load_key
 from triage.recovery.privileges import (Creds, RunAs, cwd_problem, identity_problem, read_creds, relaunch_env,
                                         server_identity)
-from triage.recovery.procs import boot_id, read_proc
 
 from .conftest import ROOT, sample
 from .simkit import MODEL, alive, get, kill_group, wait_until

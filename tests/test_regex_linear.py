@@ -420,10 +420,8 @@ def test_line_readers_stay_linear(name: str):
 
 
 def _redactors() -> list[tuple[str, Callable[[Any], Any]]]:
-    try:
-        from triage import redact as module
-    except ImportError:
-        from triage.recovery import redact as module      # type: ignore[no-redef]
+    from triage import redact as module
+
     return [("redact", module.redact), ("redact_output", module.redact_output)]
 
 

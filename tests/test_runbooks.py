@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from triage.cli import main
-from triage.flowchart import CLASS_MODULES
+from triage.classes import registry
 from triage.recovery.runbooks import ACTIONS, RunbookError, load_runbook, load_runbooks, parse_runbook, select
 
 GOOD = {
@@ -23,7 +23,7 @@ def test_every_bundled_runbook_validates_and_covers_every_verdict_runbook():
         assert all(0 < step.timeout_s <= 3600 for step in book.steps)
     for cls in ("startup", "burst", "chronic", "prefix_cache"):
         assert select(books, cls).id == cls
-    assert set(CLASS_MODULES)   # classes exist for the runbooks above
+    assert registry().ids()   # classes exist for the runbooks above
 
 
 def test_gpu_reset_is_only_in_the_gpu_fault_runbook_and_requires_the_flag():

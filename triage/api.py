@@ -1,7 +1,8 @@
 """The library entry points the CLI (and other programs) call.
 
 The flowchart decides the class from the evidence; the advice (new settings, a command line,
-the runbook) is worked out afterwards, here, from the verdict and the launch arguments.
+the runbook) is worked out afterwards, here, from the verdict and what the flowchart hands over
+of the incident (its launch arguments, the failure and the readings around it).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ def classify_evidence(evidence: EvidenceSet) -> Verdict:
     from .advice import advise
     from .flowchart import decide
 
-    verdict, ctx = decide(evidence)
-    advise(verdict, ctx)
+    verdict, incident = decide(evidence)
+    advise(verdict, incident)
     return verdict
 
 

@@ -49,7 +49,23 @@ def parse_incident(raw: bytes, path: Path | str) -> dict[str, Any]:
         why = "a number with more than 4,300 digits" if "4300 digits" in str(exc) else str(exc).splitlines()[0][:120]
         raise BadInput(str(path), f"invalid YAML value: {why}") from None
     _check_shape(data, Path(path))
+    if isinstance(data, dict):
+        _check_header_lengths(data, Path(path))
     return data if isinstance(data, dict) else {}
+
+
+# The one-line header fields every reader prints (title, id...): a value past this is not a
+# description but filler, and wrapping or charting it would cost every command seconds.
+HEADER_FIELDS = ("id", "title", "service", "severity", "timezone", "created")
+MAX_HEADER_CHARS = 1000
+
+
+def _check_header_lengths(data: dict[str, Any], path: Path) -> None:
+    for key in HEADER_FIELDS:
+        value = data.get(key)
+        if isinstance(value, str) and len(value) > MAX_HEADER_CHARS:
+            raise BadInput(str(path), f"{key} is {len(value):,} characters long (at most {MAX_HEADER_CHARS:,}): "
+                                      "not an incident header")
 
 
 def yaml_problem(exc: Exception) -> str:

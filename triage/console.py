@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .classes import registry
 from .model import EvidenceSet, Verdict
 from .output import output_width
 from .paths import runbooks_dir
@@ -78,8 +79,8 @@ def masked_text(text: Text) -> Text:
     return Text(plain, style=text.style, justify=text.justify, overflow=text.overflow, no_wrap=text.no_wrap,
                 end=text.end)
 
-_COLOURS = {"startup": "yellow", "burst": "red", "chronic": "magenta", "prefix_cache": "cyan",
-            "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
+# The class's colour, as its spec gives it (watch's dashboard and the fleet table use the same).
+_COLOURS = registry().colours()
 
 
 def render_verdict(verdict: Verdict, evidence: EvidenceSet, *, explain: bool = False,
@@ -273,12 +274,18 @@ def item(out: Console, mark: str, body: Text | str) -> None:
 
 
 # A number and the unit after it ("30 s", "79.35 GiB") are one word for wrapping.
+MAX_WORD_CHARS = 4000           # one unbroken word shown in full up to this many characters
 _WORD = re.compile(r"((?:[(\[]?[-+]?\d[\d.,]*\s+(?:ms|s|min|h|[KMGT]i?B|B|%)(?=[\s,;:.)\]]|$)[,;:.)\]]*)|\S+)(\s*)")
 
 
 def _words(text: Text) -> list[tuple[Text, str]]:
-    """(word, the blanks after it) for each run of non-blanks in `text`, styles kept."""
-    return [(text[m.start(1):m.end(1)], m.group(2)) for m in _WORD.finditer(text.plain)]
+    """(word, the blanks after it) for each run of non-blanks in `text`, styles kept. The text is
+    divided once at every word's ends (slicing it word by word costs the whole text each time)."""
+    matches = list(_WORD.finditer(text.plain))
+    if not matches:
+        return []
+    pieces = text.divide([at for m in matches for at in (m.start(1), m.end(1))])
+    return [(pieces[2 * i + 1], m.group(2)) for i, m in enumerate(matches)]
 
 
 def _place(out: Console, tokens: list[tuple[Text, str]], first: Text | str, indent: int) -> None:
@@ -298,14 +305,23 @@ def _place(out: Console, tokens: list[tuple[Text, str]], first: Text | str, inde
 
     def fold(unit: Text) -> None:
         nonlocal line
-        while unit.cell_len > width - line.cell_len > 0:
-            room = n = width - line.cell_len
-            while n > 1 and cell_len(unit.plain[:n]) > room:      # wide characters take two columns
+        if len(unit.plain) > MAX_WORD_CHARS:        # a blob, not a word: its head, and how much more
+            unit = unit[:MAX_WORD_CHARS] + Text(f"… ({len(unit.plain) - MAX_WORD_CHARS:,} characters more; "
+                                                "--json has all of it)")
+        cuts, at, room = [], 0, width - line.cell_len
+        plain = unit.plain
+        while room > 0 and cell_len(plain[at:]) > room:
+            n = room
+            while n > 1 and cell_len(plain[at:at + n]) > room:     # wide characters take two columns
                 n -= 1
-            line.append_text(unit[:n])
+            at += n
+            cuts.append(at)
+            room = width - indent
+        pieces = unit.divide(cuts)                  # one pass over the text, however many lines
+        for piece in pieces[:-1]:
+            line.append_text(piece)
             new_line()
-            unit = unit[n:]
-        line.append_text(unit)
+        line.append_text(pieces[-1])
 
     def pack(units: list[tuple[Text, str]]) -> None:
         nonlocal gap, empty

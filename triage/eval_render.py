@@ -5,7 +5,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .console import Console, flow, hang
-from .evaluate import ENGINE_TABLE_MIN, EvalReport
+from .evaluate import CONFIDENT, ENGINE_TABLE_MIN, UNDECIDED, EvalReport
 
 
 def render_eval(report: EvalReport, *, verbose: bool = False, console: Console | None = None) -> None:
@@ -19,7 +19,7 @@ def render_eval(report: EvalReport, *, verbose: bool = False, console: Console |
     for col in ("class", "n", "precision", "recall"):
         table.add_column(col, justify="right" if col != "class" else "left", no_wrap=True, overflow="fold")
     for cls, row in report.per_class().items():
-        if cls == "unknown":
+        if cls == UNDECIDED:
             continue
         table.add_row(cls, str(row["support"]), _pct(row["precision"]), _pct(row["recall"]))
     out.print(table)
@@ -31,7 +31,7 @@ def render_eval(report: EvalReport, *, verbose: bool = False, console: Console |
         exact = _pct(row["exact"]) + ("" if row["held_to_target"] else " *")
         engines.add_row(engine, str(row["cases"]), str(row["scored"]), exact, _pct(row["acceptable"]))
     out.print(engines)
-    unknowns = [c for c in report.cases if c.answer == "unknown"]
+    unknowns = [c for c in report.cases if c.answer == UNDECIDED]
     # One statement per line, wrapped with a hanging indent; a figure stays with its label.
     for line in (f"* fewer than {ENGINE_TABLE_MIN} scored cases: listed, not held to the per-engine target",
                  f"answered unknown: {len(unknowns)} ({sum(c.acceptable for c in unknowns)} on cases marked "
@@ -42,7 +42,7 @@ def render_eval(report: EvalReport, *, verbose: bool = False, console: Console |
                f"acceptable (label, or unknown where insufficient): {_pct(report.acceptable_rate)}"],
          indent=2, sep="   ")
     flow(out, [f"GPU/not-GPU misroutes: {report.misroutes}", f"false alarms on healthy logs: {report.false_alarms}",
-               f"confident wrong answers (confidence >= 0.5): {report.wrong} (wrong at any confidence: "
+               f"confident wrong answers (confidence >= {CONFIDENT:g}): {report.wrong} (wrong at any confidence: "
                f"{report.wrong_any})"], indent=2, sep="   ")
 
 

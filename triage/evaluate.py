@@ -12,11 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .classes import registry
+from .classes.base import Branch
 from .errors import BadInput, TriageError
+from .thresholds import CONFIDENT
 
-GPU_CLASSES = {"startup", "burst", "chronic", "prefix_cache"}
-CLASSES = ("startup", "burst", "chronic", "prefix_cache", "not_gpu_oom", "no_oom", "unknown")
-CONFIDENT = 0.5              # a wrong class at this confidence or above is a confident wrong answer
+CLASSES = registry().ids()
+GPU_CLASSES = frozenset(registry().gpu_oom_ids())
+NOT_GPU = registry().only(Branch.NOT_GPU).SPEC.id.value     # the look-alikes: host OOM, faults, NCCL
+HEALTHY = registry().healthy.id.value
+UNDECIDED = registry().fallback.id.value                   # "unknown": an allowed answer where insufficient
 ENGINE_TABLE_MIN = 5         # engine families with fewer scored cases are listed but not held to a target
 
 
@@ -38,12 +43,12 @@ class CaseResult:
 
     @property
     def confident_wrong(self) -> bool:
-        return not self.acceptable and self.answer not in ("unknown", "error") and self.confidence >= CONFIDENT
+        return not self.acceptable and self.answer not in (UNDECIDED, "error") and self.confidence >= CONFIDENT
 
     @property
     def false_alarm(self) -> bool:
         """A healthy log given a failure class."""
-        return self.label == "no_oom" and self.answer not in ("no_oom", "unknown")
+        return self.label == HEALTHY and self.answer not in (HEALTHY, UNDECIDED)
 
     @property
     def correct(self) -> bool:
@@ -51,12 +56,12 @@ class CaseResult:
 
     @property
     def acceptable(self) -> bool:
-        return self.correct or (not self.sufficient and self.answer == "unknown")
+        return self.correct or (not self.sufficient and self.answer == UNDECIDED)
 
     @property
     def misroute(self) -> bool:
-        return (self.label == "not_gpu_oom" and self.answer in GPU_CLASSES) or \
-               (self.label in GPU_CLASSES and self.answer == "not_gpu_oom")
+        return (self.label == NOT_GPU and self.answer in GPU_CLASSES) or \
+               (self.label in GPU_CLASSES and self.answer == NOT_GPU)
 
 
 @dataclass
@@ -87,7 +92,7 @@ class EvalReport:
     @property
     def wrong_any(self) -> int:
         """Wrong classes at any confidence (unknown is not counted)."""
-        return sum(1 for c in self.cases if not c.acceptable and c.answer != "unknown")
+        return sum(1 for c in self.cases if not c.acceptable and c.answer != UNDECIDED)
 
     @property
     def false_alarms(self) -> int:

@@ -221,9 +221,9 @@ def from_config(args: dict[str, Any], table: EngineFlags) -> dict[str, Any]:
         if isinstance(value, str) and value.startswith("LoadFormat."):
             value = value.split(".", 1)[1].lower()
         out[dest] = value
-    if out.get("served_model_name") in (out.get("model"), [out.get("model")]):
+    if "served_model_name" in out and out["served_model_name"] in (out.get("model"), [out.get("model")]):
         out.pop("served_model_name")                 # the config names the model when none was set
-    if out.get("tokenizer") == out.get("model"):
+    if "tokenizer" in out and out["tokenizer"] == out.get("model"):
         out.pop("tokenizer")
     return out
 

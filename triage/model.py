@@ -12,6 +12,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 
 class OomClass(str, Enum):
+    """The verdict's classes: the schema's contract, and the registration of the class modules
+    (each member's rules, advice and spec are triage/classes/<value>.py, in this order)."""
+
     STARTUP = "startup"
     BURST = "burst"
     CHRONIC = "chronic"

@@ -1,4 +1,4 @@
-"""The one table of thresholds and cause ids, read by the classifier, the timeline and the postmortem.
+"""The one table of thresholds, read by the classifier, the timeline, the postmortem and watch.
 
 Every number the rules compare against lives here, with the reason it has that value and
 where it comes from. A module that needs one imports it from here; none keeps its own copy.
@@ -7,11 +7,12 @@ own evidence (the card size, the failed request) always take precedence over abs
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Threshold:
+class Threshold(NamedTuple):
+    """One threshold (a NamedTuple: read-only, and cheap to define on the cold path)."""
+
     value: float
     unit: str
     why: str
@@ -27,6 +28,10 @@ TABLE: dict[str, Threshold] = {
     "kv_critical": Threshold(0.95, "share of the KV pool", "the critical KV alert level", _FLOWCHART),
     "kv_busy": Threshold(0.80, "share of the KV pool", "with requests waiting behind it, a cache this full was "
                          "the bottleneck even below kv_high", "probe cases: one stats line at a busy cache"),
+    "relaunch_gpu_share_max": Threshold(0.97, "share of the card", "a relaunched server holding more of the card "
+                                        "leaves under 3% for the CUDA context, NCCL buffers and activation spikes "
+                                        "outside the KV cache: the next long prompt runs out again (recovery's "
+                                        "verify step)", "rule design"),
     "waiting_high": Threshold(10, "requests", "a waiting queue this long means requests are piling up", _FLOWCHART),
     "quiet_kv": Threshold(0.50, "share of the KV pool", "below this with nothing waiting, the last reading shows "
                           "a quiet server: a spike is not what the evidence says", "rule design"),
@@ -91,6 +96,31 @@ TABLE: dict[str, Threshold] = {
                                "pressure better than the generic burst", "rule design"),
     "confident": Threshold(0.50, "confidence", "a wrong class at or above this is a confident wrong answer",
                            "evaluation policy"),
+    "early_warning_confidence": Threshold(0.50, "confidence", "memory growth seen before any failure is "
+                                          "reported (a chronic verdict) only at this confidence; below it the "
+                                          "evidence is judged as a healthy or unknown server", "rule design"),
+    # --- reading the evidence -------------------------------------------------------------------
+    "root_cause_window_s": Threshold(15 * 60, "seconds", "a host kill or hardware fault explains a GPU OOM only "
+                                     "when it came this shortly before it; earlier, it is a separate event",
+                                     "rule design (crash loops restart within minutes)"),
+    "failure_traceback_lines": Threshold(400, "lines", "tracebacks this close to the failure line in the same "
+                                         "file belong to it (a long stack with its chained causes fits)",
+                                         "rule design (vLLM V1 tracebacks with worker frames run 100-300 lines)"),
+    "same_failure_lines": Threshold(60, "lines", "a start-up check or failed step this close to the failure "
+                                    "(with no engine restart between) reports the same failure",
+                                    "rule design (one failure's wrapper, check and traceback)"),
+    "weights_budget_margin": Threshold(0.05, "share of the card", "weights within this of the utilisation "
+                                       "budget leave no room for the KV cache: the model barely fits",
+                                       "rule design"),
+    "leak_monotone_share": Threshold(0.80, "share of consecutive readings", "GPU memory readings that rise "
+                                     "(or hold) between this share of consecutive pairs grow steadily: a "
+                                     "trend, not noise", "rule design"),
+    "steady_load_cv": Threshold(0.50, "coefficient of variation", "running requests varying less than this "
+                                "(standard deviation over mean) are a flat load, so rising memory is not load",
+                                "rule design"),
+    "kv_pinned": Threshold(0.98, "share of the KV pool", "KV usage this high with a low prefix hit rate and "
+                           "collapsing concurrency: cached prefixes starve live requests (thrashing before an "
+                           "OOM)", "rule design (formats.md: KV pressure, not an allocator OOM)"),
 }
 
 
@@ -101,6 +131,7 @@ def value(name: str) -> float:
 KV_HIGH = value("kv_high")
 KV_CRITICAL = value("kv_critical")
 KV_BUSY = value("kv_busy")
+RELAUNCH_GPU_SHARE_MAX = value("relaunch_gpu_share_max")
 WAITING_HIGH = int(value("waiting_high"))
 QUIET_KV = value("quiet_kv")
 CONCURRENCY_CAP_SHARE = value("concurrency_cap_share")
@@ -126,35 +157,12 @@ WARMUP_MARGIN = value("warmup_margin")
 MIN_CONFIDENCE = value("min_confidence")
 SPECIFIC_WINS = value("specific_wins")
 CONFIDENT = value("confident")
+EARLY_WARNING_CONFIDENCE = value("early_warning_confidence")
+ROOT_CAUSE_WINDOW_S = value("root_cause_window_s")
+FAILURE_TRACEBACK_LINES = int(value("failure_traceback_lines"))
+SAME_FAILURE_LINES = int(value("same_failure_lines"))
+WEIGHTS_BUDGET_MARGIN = value("weights_budget_margin")
+LEAK_MONOTONE_SHARE = value("leak_monotone_share")
+STEADY_LOAD_CV = value("steady_load_cv")
+KV_PINNED = value("kv_pinned")
 
-
-@dataclass(frozen=True)
-class CauseId:
-    id: str
-    title: str
-    classes: tuple[str, ...]
-
-
-#: Every cause id a verdict may carry, with the classes it belongs to. Advice, the postmortem's
-#: lessons and the runbooks key on these ids; the verdict schema lists the same set.
-CAUSE_IDS: dict[str, CauseId] = {c.id: c for c in (
-    CauseId("kv_cache_blowout", "max_model_len exceeds what the KV cache holds", ("startup",)),
-    CauseId("config_overshoot", "the utilisation target asks for more than is free", ("startup", "burst")),
-    CauseId("other_processes", "other processes hold GPU memory", ("startup", "burst")),
-    CauseId("model_too_large", "the model does not fit at this precision and parallelism", ("startup",)),
-    CauseId("concurrency_misjudged", "too many sequences or batched tokens for the memory", ("startup", "burst")),
-    CauseId("accounting_discrepancy", "the card is fuller than the engine's accounting", ("startup", "burst")),
-    CauseId("known_engine_bug", "a known engine bug in this version", ("startup", "burst", "chronic", "prefix_cache")),
-    CauseId("long_prompt_burst", "a load spike or an oversized request", ("burst",)),
-    CauseId("allocator_fragmentation", "allocator fragmentation", ("chronic",)),
-    CauseId("memory_leak", "GPU memory rising with steady load, or the engine's own leak check failing", ("chronic",)),
-    CauseId("prefix_cache_pressure", "cached prefixes crowd out live KV", ("prefix_cache",)),
-    CauseId("host_oom", "host (CPU) memory exhausted", ("not_gpu_oom",)),
-    CauseId("gpu_hardware_fault", "GPU hardware fault", ("not_gpu_oom",)),
-    CauseId("gpu_app_fault", "GPU application fault (Xid)", ("not_gpu_oom",)),
-    CauseId("illegal_memory_access", "illegal memory access", ("not_gpu_oom",)),
-    CauseId("nccl_failure", "NCCL failure", ("not_gpu_oom",)),
-    CauseId("cuda_fault", "a CUDA error that is not out of memory", ("not_gpu_oom",)),
-    CauseId("process_crash", "the process crashed", ("not_gpu_oom",)),
-    CauseId("other", "a failure that is not memory (a panic, a hang, a broken install)", ("not_gpu_oom",)),
-)}

@@ -127,7 +127,11 @@ def _dropped(value: Any) -> None:
 
 def byte_count(value: float | None) -> int | None:
     """A byte count from a finite float; None for non-finite values or beyond MAX_BYTES."""
-    if value is None or not math.isfinite(value) or abs(value) > MAX_BYTES:
+    try:
+        out_of_range = value is not None and (not math.isfinite(value) or abs(value) > MAX_BYTES)
+    except OverflowError:                     # an int of hundreds of digits: no float holds it
+        out_of_range = True
+    if value is None or out_of_range:
         if value is not None:
             note_dropped(value)
         return None

@@ -7,6 +7,7 @@ versions (V0 `gpu_cache_usage_perc` and V1 `kv_cache_usage_perc` are both `kv_ca
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any, Generator, Iterator
 
@@ -341,6 +342,63 @@ def _mib(value: float) -> int | None:
     """MiB (DCGM's unit, a whole number) -> bytes."""
     count = byte_count(value)
     return count << 20 if count is not None else None
+
+
+@dataclass(frozen=True)
+class ConceptSample:
+    """One sample of a series triage reads, under its concept (`kv_cache_usage`, ...)."""
+
+    concept: str
+    metric: str                    # the exposed name, e.g. vllm:gpu_cache_usage_perc
+    labels: dict[str, str]
+    value: float                   # as exposed: NaN and ±Inf included
+
+
+@dataclass(frozen=True)
+class ConceptSamples:
+    samples: list[ConceptSample]
+    error: Exception | None        # the first line that did not parse (None: all did)
+
+
+_WANTED_TEXT = tuple(name + sep for name in CONCEPTS for sep in ("{", " "))
+
+
+def concept_samples(text: str, *, every_line: bool = False) -> ConceptSamples:
+    """The samples of the series in CONCEPTS in a live /metrics answer, and the first line that did
+    not parse.
+
+    Only the lines of those series are parsed (one batch through prometheus-client's parser), so
+    an answer full of histogram buckets and other exporters' series costs little. `every_line`
+    parses the whole text instead, stopping at the first line that is not exposition: a reader
+    that acts on the values (recovery waits for `requests_running` to reach 0) must refuse a page
+    that is no /metrics at all, such as an HTML error page, rather than read it as no load."""
+    if every_line:
+        return _every_line(text)
+    lines = [ln for ln in text.splitlines() if ln.startswith(_WANTED_TEXT)]
+    samples: list[ConceptSample] = []
+    error: Exception | None = None
+    for parsed in _parse_lines(lines) if lines else []:
+        if isinstance(parsed, Exception):
+            error = error or parsed
+            continue
+        for name, labels, value, _stamp in parsed:
+            if name in CONCEPTS:
+                samples.append(ConceptSample(CONCEPTS[name], name, labels, value))
+    return ConceptSamples(samples, error)
+
+
+def _every_line(text: str) -> ConceptSamples:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: list[ConceptSample] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name in CONCEPTS:
+                    samples.append(ConceptSample(CONCEPTS[s.name], s.name, dict(s.labels), s.value))
+    except (ValueError, TypeError, IndexError) as exc:
+        return ConceptSamples(samples, exc)
+    return ConceptSamples(samples, None)
 
 
 def sample_records(src: InputFile, ctx: ParseContext, line: str, lineno: int, when: datetime | None) -> list[Evidence]:

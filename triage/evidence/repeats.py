@@ -7,7 +7,7 @@ A V0 server under pressure warns once for every preempted sequence group (350,00
   the first warning of a bucket is a full record of its real line, carrying `repeats` (the
   warnings in the bucket), `last_line` and `until` (the bucket's last warning); the others are
   counted at C speed and never decoded;
-* stats lines are held as raw bytes in the bounded window `_StatsWindow` already keeps (the
+* stats lines are held as raw bytes in the bounded window `StatsWindow` (log_stats_window.py) already keeps (the
   recent ones whole, older ones thinned) and parsed only when they are kept: before a failure or
   at the end of the file.
 

@@ -1,71 +1,47 @@
-"""The OOM flowchart: the questions in order, and one module per class (registered below).
+"""The OOM flowchart: the questions in order, and the walk through the registered classes.
 
-    Is it a GPU OOM?  (gpu_or_not)      no  -> not_gpu_oom
-    Any failure?                        no  -> no_oom (or unknown if nothing is recognisable)
-    Before serving?   (phase)           yes -> startup
-    While serving:    prefix_cache | chronic | burst, the best-supported one
-    Too little to tell                      -> unknown, with what to attach
+    Is it a GPU OOM?  (gpu_or_not)      no  -> the look-alike class
+    Any failure?                        no  -> a class seen coming (early), or the healthy class,
+                                               or the fallback if nothing is recognisable
+    Before serving?   (phase)           yes -> the start-up class
+    While serving:    the runtime classes compete, the best-supported one wins
+    Too little to tell                      -> the fallback class, with what to attach
+
+The classes are the modules registered in triage.classes; each declares in its spec where the
+walk reaches it (`Branch`), so the walk names none of them.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any
 
-from ..model import EvidenceSet, OomClass, Step, Verdict
+from ..classes.base import Assessment, Branch
+from ..classes import Registry
+from ..model import EvidenceSet, Step, Verdict
 from ..thresholds import MIN_CONFIDENCE, SPECIFIC_WINS
-from . import burst, chronic, gpu_or_not, no_oom, not_gpu_oom, phase, prefix_cache, startup, unknown
-from .base import Assessment
+from . import gpu_or_not, phase
 from .context import Context
-
-#: One module per verdict class: the walk below calls the module registered for each class, so
-#: a class's rules live in (and are replaced by) its module alone. Runtime classes declare a
-#: RUNTIME_RANK: they compete for an OOM that happened while serving, lower rank first on ties.
-CLASS_MODULES = {
-    OomClass.NOT_GPU_OOM: not_gpu_oom,
-    OomClass.NO_OOM: no_oom,
-    OomClass.STARTUP: startup,
-    OomClass.PREFIX_CACHE: prefix_cache,
-    OomClass.CHRONIC: chronic,
-    OomClass.BURST: burst,
-    OomClass.UNKNOWN: unknown,
-}
-Registry = Mapping[OomClass, object]
+from .incident import Incident, incident_of
 
 
-def runtime_modules(registry: Registry = CLASS_MODULES) -> list:
-    """The registered classes that compete for a runtime OOM, in tie-break order."""
-    found = [m for m in registry.values() if getattr(m, "RUNTIME_RANK", None) is not None]
-    return sorted(found, key=lambda m: m.RUNTIME_RANK)
+def default_registry() -> Registry:
+    from ..classes import registry
+
+    return registry()
 
 
-def walk(ev: EvidenceSet, registry: Registry = CLASS_MODULES) -> tuple[Assessment, list[Step], Context]:
-    reg = registry
+def walk(ev: EvidenceSet, registry: Registry | None = None) -> tuple[Assessment, list[Step], Context]:
+    reg = registry or default_registry()
     ctx = Context(ev)
     steps: list[Step] = []
     gpu = gpu_or_not.assess(ctx)
     steps.append(Step(gpu_or_not.QUESTION, _yes_no(gpu.answer), gpu.why, tuple(gpu.evidence)))
+    fallback = reg.only(Branch.FALLBACK)
     if gpu.answer == "no":
-        return reg[OomClass.NOT_GPU_OOM].assess(ctx, gpu), steps, ctx
+        return reg.only(Branch.NOT_GPU).assess(ctx, gpu), steps, ctx
     if gpu.answer == "no_failure":
-        # Memory climbing with no OOM yet is still a chronic finding worth reporting.
-        growth = reg[OomClass.CHRONIC].assess(ctx, phase.PhaseAnswer("unknown", "", 0.0))
-        if growth.supported and growth.confidence >= 0.5:
-            steps.append(Step("Is GPU memory growing over time?", "yes", growth.causes[0].title,
-                              tuple(growth.evidence)))
-            return growth, steps, ctx
-        stall = getattr(reg[OomClass.PREFIX_CACHE], "stall", None)
-        thrash = stall(ctx) if stall is not None else None
-        if thrash is not None:
-            steps.append(Step("Is the prefix cache starving live requests?", "yes", thrash.why, tuple(thrash.evidence)))
-            return thrash, steps, ctx
-        healthy = reg[OomClass.NO_OOM].assess(ctx)
-        if healthy.supported:
-            steps.append(Step("Does the evidence show a working server?", "yes", healthy.why, tuple(healthy.evidence)))
-            return healthy, steps, ctx
-        steps.append(Step("Does the evidence show a working server?", "unknown", healthy.why))
-        return reg[OomClass.UNKNOWN].assess(ctx, "no failure and no recognisable server activity in the evidence"), \
-            steps, ctx
+        return _without_failure(ctx, reg, steps), steps, ctx
     if gpu.answer == "unclear":
-        return reg[OomClass.UNKNOWN].assess(ctx, gpu.why, gpu.evidence), steps, ctx
+        return fallback.assess(ctx, gpu.why, gpu.evidence), steps, ctx
 
     anchor = ctx.primary
     assert anchor is not None
@@ -73,34 +49,57 @@ def walk(ev: EvidenceSet, registry: Registry = CLASS_MODULES) -> tuple[Assessmen
     steps.append(Step(phase.QUESTION, {"startup": "yes", "runtime": "no"}.get(ph.phase, "unknown"), ph.why,
                       tuple(ph.evidence)))
     if ph.phase == "startup":
-        return reg[OomClass.STARTUP].assess(ctx, ph), steps, ctx
-    candidates = [m.assess(ctx, ph) for m in runtime_modules(reg)]
+        return reg.only(Branch.STARTUP).assess(ctx, ph), steps, ctx
+    runtime = reg.runtime()
+    candidates = [m.assess(ctx, ph) for m in runtime]
     for cand in candidates:
-        question = f"Does the evidence fit a {cand.oom_class.value.replace('_', '-')} OOM?"
+        question = f"Does the evidence fit a {_spoken(cand.oom_class.value)} OOM?"
         steps.append(Step(question, "yes" if cand.confidence >= MIN_CONFIDENCE else "no",
                           cand.why if cand.confidence >= MIN_CONFIDENCE else (cand.summary or cand.why),
                           tuple(cand.evidence[:3]) if cand.confidence >= MIN_CONFIDENCE else ()))
     best = max(candidates, key=lambda a: a.confidence)   # max() keeps the first of equals
-    # Burst is the generic runtime class: KV usage near 100% and a queue are also what a crowded
-    # prefix cache or a fragmented allocator look like from outside. A specific class that is
-    # well supported on its own evidence explains the pressure better.
-    specific = [c for c in candidates if c.oom_class is not OomClass.BURST and c.confidence >= SPECIFIC_WINS]
-    if best.oom_class is OomClass.BURST and specific:
+    # The generic runtime class (burst) is what a crowded prefix cache or a fragmented allocator
+    # also look like from outside (KV usage near 100%, a queue). A specific class that is well
+    # supported on its own evidence explains the pressure better.
+    specific = [c for c in candidates if not reg.spec(c.oom_class).generic and c.confidence >= SPECIFIC_WINS]
+    if reg.spec(best.oom_class).generic and specific:
         best = specific[0]
     if best.confidence < MIN_CONFIDENCE:
+        named = [_spoken(s.id.value) for s in reg.specs if s.branch is Branch.RUNTIME]
         why = ("a GPU OOM, but " + ph.why) if ph.phase == "unknown" else \
-              "a GPU OOM while serving, with nothing that tells burst, chronic or prefix-cache apart"
+              f"a GPU OOM while serving, with nothing that tells {', '.join(named[:-1])} or {named[-1]} apart"
         attach = [a for c in candidates for a in c.attach]
-        return reg[OomClass.UNKNOWN].assess(ctx, why, [anchor], attach), steps, ctx
+        return fallback.assess(ctx, why, [anchor], attach), steps, ctx
     return best, steps, ctx
+
+
+def _without_failure(ctx: Context, reg: Registry, steps: list[Step]) -> Assessment:
+    """No failure: a class that can be seen coming (memory growing, a starved prefix cache), else a
+    working server, else nothing recognisable (the fallback)."""
+    for module in reg.early():
+        found = module.early(ctx)
+        if found is not None:
+            steps.append(Step(module.SPEC.early_question, "yes", found.why, tuple(found.evidence)))
+            return found
+    healthy_class = reg.only(Branch.HEALTHY)
+    healthy = healthy_class.assess(ctx)
+    if healthy.supported:
+        steps.append(Step(healthy_class.QUESTION, "yes", healthy.why, tuple(healthy.evidence)))
+        return healthy
+    steps.append(Step(healthy_class.QUESTION, "unknown", healthy.why))
+    return reg.only(Branch.FALLBACK).assess(ctx, "no failure and no recognisable server activity in the evidence")
+
+
+def _spoken(class_id: str) -> str:
+    return class_id.replace("_", "-")
 
 
 def _yes_no(answer: str) -> str:
     return {"yes": "yes", "no": "no", "no_failure": "no failure", "unclear": "unknown"}[answer]
 
 
-def decide(ev: EvidenceSet, registry: Registry = CLASS_MODULES) -> tuple[Verdict, Context]:
-    """Evidence in, verdict out (with facts, without advice), and the context the walk built."""
+def decide(ev: EvidenceSet, registry: Registry | None = None) -> tuple[Verdict, Incident]:
+    """Evidence in, verdict out (with facts, without advice), and what advice may read of it."""
     from .facts import collect_facts
 
     result, steps, ctx = walk(ev, registry)
@@ -114,11 +113,5 @@ def decide(ev: EvidenceSet, registry: Registry = CLASS_MODULES) -> tuple[Verdict
         attach=list(dict.fromkeys(result.attach)),
         facts=collect_facts(ctx),
     )
-    return verdict, ctx
+    return verdict, incident_of(ctx, verdict)
 
-
-def classify(ev: EvidenceSet) -> Verdict:
-    """The flowchart's verdict followed by the advice for it (triage.api.classify_evidence)."""
-    from ..api import classify_evidence
-
-    return classify_evidence(ev)

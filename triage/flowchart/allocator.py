@@ -20,15 +20,14 @@ says nothing by itself; only the number does.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..model import Evidence
 from ..thresholds import BORDERLINE_CARD_SHARE, BORDERLINE_SHARE, FRAG_MIN_BYTES, FRAG_MIN_SHARE
 from ..units import format_bytes
 
 
-@dataclass(frozen=True)
-class AllocatorReading:
+class AllocatorReading(NamedTuple):
     state: str                 # "fragmented" | "in_use"
     unallocated: int
     tried: int

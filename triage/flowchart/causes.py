@@ -1,18 +1,20 @@
-"""Sub-causes: why the memory ran out. Each detector is a pure function of the context.
-
-Registered in CAUSES; a class module asks for the ones that apply to it. Every cause cites the
-records it rests on; none is inferred from the absence of evidence.
+"""Sub-causes shared by several classes: why the memory ran out. Each detector is a pure function
+of the context, and each cause has a spec (its id, title and the thresholds it is judged by) that
+the class specs list. A class module asks for the ones that apply to it; causes only one class
+names live in that class's module. Every cause cites the records it rests on; none is inferred
+from the absence of evidence.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from ..evidence.kinds import Kind
-from ..model import Cause, Evidence
-from ..units import format_bytes
 from ..budget import engine_budget as _budget
-from ..thresholds import (CONCURRENCY_CAP_SHARE, DISCREPANCY, OTHER_PROCESS_SHARE, OVERSHOOT_FREE_SHARE,
-                          UTIL_NO_HEADROOM)
+from ..classes.base import CauseSpec
+from ..evidence.kinds import Kind
+from ..model import Cause, Evidence, EvidenceSet
+from ..thresholds import (CONCURRENCY_CAP_SHARE, DEFAULT_UTIL, DISCREPANCY, OTHER_PROCESS_SHARE,
+                          OVERSHOOT_FREE_SHARE, UTIL_NO_HEADROOM, WEIGHTS_BUDGET_MARGIN)
+from ..units import format_bytes
 from . import knowledge
 from .context import Context
 
@@ -20,6 +22,18 @@ Detector = Callable[[Context], "Cause | None"]
 
 DISCREPANCY_THRESHOLD = DISCREPANCY
 GiB = 1 << 30
+
+KV_CACHE_BLOWOUT = CauseSpec("kv_cache_blowout", "max_model_len exceeds what the KV cache holds")
+CONFIG_OVERSHOOT = CauseSpec("config_overshoot", "the utilisation target asks for more than is free",
+                             ("overshoot_free_share", "util_no_headroom"))
+OTHER_PROCESSES = CauseSpec("other_processes", "other processes hold GPU memory", ("other_process_share",))
+MODEL_TOO_LARGE = CauseSpec("model_too_large", "the model does not fit at this precision and parallelism",
+                            ("weights_budget_margin", "default_util"))
+CONCURRENCY_MISJUDGED = CauseSpec("concurrency_misjudged", "too many sequences or batched tokens for the memory",
+                                  ("concurrency_cap_share",))
+ACCOUNTING_DISCREPANCY = CauseSpec("accounting_discrepancy", "the card is fuller than the engine's accounting",
+                                   ("discrepancy",))
+KNOWN_ENGINE_BUG = CauseSpec("known_engine_bug", "a known engine bug in this version")
 
 
 def kv_cache_blowout(ctx: Context) -> Cause | None:
@@ -108,10 +122,9 @@ def model_too_large(ctx: Context) -> Cause | None:
         return Cause("model_too_large", "The model does not fit: weight loading ran out of GPU memory", (rec,))
     oom = ctx.primary
     if oom is not None:
-        frames = ctx.frames_near(oom)
-        loading = [f for f in frames if f[2] in ("load_model", "load_weights", "_load_weights", "make_layers",
-                                                 "process_weights_after_loading", "initialize_model", "get_model")
-                   or "repack" in f[2].lower()]
+        from .frames import frames
+
+        loading = [f for f in ctx.frames_near(oom) if frames().loads_weights(f)]
         if loading:
             return Cause("model_too_large", "The model does not fit: out of memory while loading weights",
                          (oom,), f"failed in {loading[-1][2]}")
@@ -120,8 +133,8 @@ def model_too_large(ctx: Context) -> Cause | None:
     util = ctx.arg("gpu_memory_utilization")
     if weights and total and weights.fields.get("weights_bytes"):
         share = weights.fields["weights_bytes"] / total
-        budget = float(util) if isinstance(util, (int, float)) else 0.9
-        if share >= budget - 0.05 and ctx.ev.has(Kind.NO_CACHE_BLOCKS, Kind.KV_CACHE_INSUFFICIENT, Kind.TORCH_OOM):
+        budget = float(util) if isinstance(util, (int, float)) else DEFAULT_UTIL
+        if share >= budget - WEIGHTS_BUDGET_MARGIN and ctx.ev.has(Kind.NO_CACHE_BLOCKS, Kind.KV_CACHE_INSUFFICIENT, Kind.TORCH_OOM):
             return Cause("model_too_large", "The model barely fits: weights fill the memory budget", (weights,),
                          f"weights {format_bytes(weights.fields['weights_bytes'])} = {share:.0%} of the card")
     return None
@@ -154,8 +167,8 @@ def accounting_discrepancy(ctx: Context) -> Cause | None:
     NCCL, multi-modal encoders, fragmentation, leaks, other tenants) - the headroom it believes
     it has is not there.
     """
-    budget = engine_budget(ctx)
-    actual = actual_usage(ctx)
+    budget = engine_budget(ctx.ev)
+    actual = actual_usage(ctx.ev)
     if budget is None or actual is None:
         return None
     gap = actual[0] - budget[0]
@@ -168,15 +181,15 @@ def accounting_discrepancy(ctx: Context) -> Cause | None:
     return None
 
 
-def engine_budget(ctx: Context) -> tuple[float, Evidence | None] | None:
+def engine_budget(ev: EvidenceSet) -> tuple[float, Evidence | None] | None:
     """gpu_memory_utilization and the record that states it (triage.budget: one reading for all)."""
-    return _budget(ctx.ev)
+    return _budget(ev)
 
 
-def actual_usage(ctx: Context) -> tuple[float, Evidence] | None:
+def actual_usage(ev: EvidenceSet) -> tuple[float, Evidence] | None:
     """The highest used/total share of any GPU reading (nvidia-smi, NVML, DCGM)."""
     best = None
-    for rec in ctx.ev.of(Kind.GPU_MEMORY):
+    for rec in ev.of(Kind.GPU_MEMORY):
         used, total = rec.fields.get("used_bytes"), rec.fields.get("total_bytes")
         if used and total:
             share = used / total
@@ -195,21 +208,21 @@ def known_engine_bug(ctx: Context, oom_class: str | None = None) -> Cause | None
                                        f"{bug.fixed_in or 'no release yet'}; source: {bug.source}")
 
 
-CAUSES: dict[str, Detector] = {
-    "kv_cache_blowout": kv_cache_blowout,
-    "config_overshoot": config_overshoot,
-    "other_processes": other_processes,
-    "model_too_large": model_too_large,
-    "concurrency_misjudged": concurrency_misjudged,
-    "accounting_discrepancy": accounting_discrepancy,
-    "known_engine_bug": known_engine_bug,
+DETECTORS: dict[str, Detector] = {
+    KV_CACHE_BLOWOUT.id: kv_cache_blowout,
+    CONFIG_OVERSHOOT.id: config_overshoot,
+    OTHER_PROCESSES.id: other_processes,
+    MODEL_TOO_LARGE.id: model_too_large,
+    CONCURRENCY_MISJUDGED.id: concurrency_misjudged,
+    ACCOUNTING_DISCREPANCY.id: accounting_discrepancy,
 }
 
 
-def detect(ctx: Context, *names: str, oom_class: str | None = None) -> list[Cause]:
+def detect(ctx: Context, *specs: CauseSpec, oom_class: str | None = None) -> list[Cause]:
+    """The shared causes found, in the order asked; a known bug is looked up for `oom_class`."""
     out = []
-    for name in names:
-        cause = known_engine_bug(ctx, oom_class) if name == "known_engine_bug" else CAUSES[name](ctx)
+    for spec in specs:
+        cause = known_engine_bug(ctx, oom_class) if spec is KNOWN_ENGINE_BUG else DETECTORS[spec.id](ctx)
         if cause is not None:
             out.append(cause)
     return out

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
 from ..evidence.logs import BENIGN_EXCEPTIONS
 from ..evidence.signatures import literal
 from ..model import Evidence, EvidenceSet
+from ..thresholds import FAILURE_TRACEBACK_LINES
 
 _ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
                  "server_args": 2, "engine config": 1}
@@ -22,7 +23,6 @@ _FAILURE_TEXT_KINDS = {Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.REQUEST_
 _ENGINE_KINDS = (Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STATS, Kind.KV_POOL_OOM, Kind.WARMUP_OOM,
                  Kind.KV_CAPACITY, Kind.POOL_LEAK, Kind.PREEMPTION, Kind.STARTUP_STEP, Kind.CUDA_OOM, Kind.STEP_FAILED,
                  Kind.REQUEST_FAILED, Kind.REQUEST_SERVED, Kind.ENGINE_START_FAILED, Kind.NO_CACHE_BLOCKS)
-_NEAR_LINES = 400
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Context:
             return self.gpu_oom[0]
         return self.derived_anchor
 
-    def tracebacks_near(self, anchor: Evidence, span: int = _NEAR_LINES) -> list[Evidence]:
+    def tracebacks_near(self, anchor: Evidence, span: int = FAILURE_TRACEBACK_LINES) -> list[Evidence]:
         out = []
         for tb in self.ev.of(Kind.TRACEBACK):
             if tb.source != anchor.source:
@@ -184,10 +184,7 @@ class Context:
             return 16
 
     def arg(self, *names: str) -> Any:
-        for name in names:
-            if name in self.args and self.args[name] not in (None, "None"):
-                return self.args[name]
-        return None
+        return first_arg(self.args, names)
 
     def last_before(self, kind: str, anchor: Evidence | None, source_only: bool = False) -> list[Evidence]:
         """Records of `kind` that precede `anchor` (by time when both have one, else by order)."""
@@ -196,6 +193,14 @@ class Context:
             if anchor is None or _before(rec, anchor, source_only):
                 out.append(rec)
         return out
+
+
+def first_arg(args: Mapping[str, Any], names: Iterable[str]) -> Any:
+    """The first of `names` the launch arguments set (None and "None" are not set)."""
+    for name in names:
+        if name in args and args[name] not in (None, "None"):
+            return args[name]
+    return None
 
 
 def _before(rec: Evidence, anchor: Evidence, source_only: bool) -> bool:

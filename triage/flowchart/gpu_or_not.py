@@ -12,29 +12,27 @@ OOMs) is never dismissed as one of those: when both appear, only a hardware faul
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import Kind
 from ..model import Evidence
+from ..thresholds import ROOT_CAUSE_WINDOW_S, SAME_FAILURE_LINES
 from .context import Context
 
 QUESTION = "Is this a GPU out-of-memory failure?"
 
-# Signals that follow a GPU OOM as its consequences (teardown, peers timing out).
+# Signals that follow a GPU OOM as its consequences (teardown, peers timing out). Which Xids are
+# consequences or only informational is data (triage/data/xids.yaml).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value,
                  Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value}
-_CONSEQUENCE_XIDS = {13, 31, 43, 45}
-# Informational Xids (a row remap recorded, a high single-bit ECC rate): worth a look, never a crash cause.
-_INFORMATIONAL_XIDS = {63, 92}
-# A host kill or hardware fault explains a GPU OOM only if it came shortly before it.
-ROOT_CAUSE_WINDOW_S = 15 * 60
 
 
-@dataclass
-class GpuAnswer:
+class GpuAnswer(NamedTuple):
+    """The question's answer (a NamedTuple: read-only, and cheap to define on the cold path)."""
+
     answer: str                     # "yes" | "no" | "no_failure" | "unclear"
     why: str
-    evidence: list[Evidence] = field(default_factory=list)
+    evidence: Sequence[Evidence] = ()
 
 
 def assess(ctx: Context) -> GpuAnswer:
@@ -86,7 +84,7 @@ def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
     """A raw CUDA OOM whose innermost frames allocate the CPU (swap) KV cache or pinned buffers."""
     if oom.kind != Kind.CUDA_OOM.value:
         return None
-    for tb in ctx.tracebacks_near(oom, span=60):
+    for tb in ctx.tracebacks_near(oom, span=SAME_FAILURE_LINES):
         inner = tb.fields.get("frames", [])[-2:]
         if any(len(f) > 3 and _HOST_BUFFER.search(str(f[3])) for f in inner):
             return tb
@@ -122,9 +120,11 @@ def _derived_kv_failure(ctx: Context) -> Evidence | None:
 def _is_root_cause(e: Evidence) -> bool:
     if e.kind in _CONSEQUENCES:
         return False
-    if e.kind == Kind.XID.value and (e.fields.get("code") in _CONSEQUENCE_XIDS | _INFORMATIONAL_XIDS
-                                     or e.fields.get("detail") == "reported by dcgm-exporter"):
-        return False   # DCGM's gauge holds the *last* Xid ever seen, stamped with the scrape time
+    if e.kind == Kind.XID.value:
+        from .xids import may_cause_oom    # the Xid table is read only when an Xid is in the evidence
+
+        # DCGM's gauge holds the *last* Xid ever seen, stamped with the scrape time: never a cause.
+        return may_cause_oom(e.fields.get("code")) and e.fields.get("detail") != "reported by dcgm-exporter"
     return e.kind != Kind.HOST_MEMORY_GROWTH.value
 
 

@@ -1,14 +1,15 @@
-"""The known-bug knowledge base (triage/data/known_bugs.yaml): version ranges as data."""
+"""The known-bug knowledge base (triage/data/known_bugs.yaml): version ranges as data, compared
+with `packaging.specifiers`, and the prefix-caching readings the bugs and the classes share."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from ..datafile import entry_label, shape_problem
 from ..evidence.kinds import Kind
-from ..model import Evidence
+from ..model import Evidence, OomClass
 from ..paths import data_file
 from ..units import whole
 
@@ -16,8 +17,9 @@ DATA = data_file("known_bugs.yaml")
 _MM_MODEL = re.compile(r"(?:vl\b|-vl-|vision|llava|pixtral|mllama|image|multimodal|-mm-|qwen2?\.?5?-?vl|internvl|minicpm-v)", re.I)
 
 
-@dataclass(frozen=True)
-class Bug:
+class Bug(NamedTuple):
+    """A known engine bug (a NamedTuple: read-only, and cheap to define on the cold path)."""
+
     id: str
     engine: str
     title: str
@@ -37,7 +39,6 @@ REQUIREMENTS: dict[str, str | None] = {
     "concurrency": "int",      # max_num_seqs, or requests running in the stats, at least N
 }
 _KEYS = {"id", "engine", "title", "affected", "fixed_in", "requires", "classes", "effect", "source"}
-_CLASSES = {"startup", "burst", "chronic", "prefix_cache", "not_gpu_oom", "no_oom", "unknown"}
 
 
 class KnowledgeError(ValueError):
@@ -63,19 +64,26 @@ def check_requirement(req: object, where: str) -> str:
 @lru_cache(maxsize=1)
 def load_bugs(path: Path = DATA) -> tuple[Bug, ...]:
     """The entries, each checked on load: a typo in a condition, a class or a version range raises
-    instead of disabling the entry."""
+    instead of disabling the entry. The bundled file is read in its compiled form when current."""
+    if path == DATA:
+        from ..classes import compiled
+
+        return parse_bugs(compiled.load("known_bugs"), path.name)
     import yaml  # lazily: only verdicts that reach this check pay for it
 
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    return parse_bugs(yaml.safe_load(path.read_text(encoding="utf-8")), path.name)
+
+
+def parse_bugs(raw: Any, name: str = DATA.name) -> tuple[Bug, ...]:
     bugs = []
-    for i, item in enumerate(raw):
-        where = entry_label(path.name, i, item)
+    for i, item in enumerate(raw or []):
+        where = entry_label(name, i, item)
         problem = shape_problem(item, _KEYS, {"id", "engine", "title", "affected"})
         if problem:
             raise KnowledgeError(f"{where}: {problem}")
         requires = tuple(check_requirement(r, where) for r in item.get("requires") or [])
         classes = tuple(item.get("classes") or [])
-        bad = [c for c in classes if c not in _CLASSES]
+        bad = [c for c in classes if c not in {cls.value for cls in OomClass}]
         if bad:
             raise KnowledgeError(f"{where}: unknown class(es) {bad}")
         if not _valid_range(str(item["affected"])):
@@ -87,26 +95,32 @@ def load_bugs(path: Path = DATA) -> tuple[Bug, ...]:
 
 
 def _valid_range(spec: str) -> bool:
-    return all(re.match(r"^\s*(>=|<=|==|>|<)\s*[\w.]+\s*$", part) for part in spec.split(","))
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        return len(SpecifierSet(spec)) > 0
+    except InvalidSpecifier:
+        return False
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
+    """The release numbers a log states (major, minor, patch): a local build's `+g1234`, a
+    `.post1` or `.dev277` suffix and any fourth number are not part of it."""
     nums = re.findall(r"\d+", text.split("+")[0])
     # whole(): a logged "version" of 4,301 digits is damage, not a version (int() would refuse it)
     return tuple(whole(n) or 0 for n in nums[:3]) + (0,) * (3 - min(3, len(nums)))
 
 
 def in_range(version: str, spec: str) -> bool:
-    v = version_tuple(version)
-    for part in spec.split(","):
-        m = re.match(r"^\s*(>=|<=|==|>|<)\s*([\w.]+)\s*$", part)
-        if not m:
-            return False
-        op, bound = m.group(1), version_tuple(m.group(2))
-        ok = {">=": v >= bound, "<=": v <= bound, "==": v == bound, ">": v > bound, "<": v < bound}[op]
-        if not ok:
-            return False
-    return True
+    """Whether the release of `version` is in `spec` (`>=0.6.0,<0.7.1`). A nightly 0.9.1.dev277 counts
+    as its release line, 0.9.1: engines log their development builds that way."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        allowed = SpecifierSet(spec)
+    except InvalidSpecifier:
+        return False
+    return allowed.contains(".".join(map(str, version_tuple(version))), prereleases=True)
 
 
 def matching_bugs(ctx, oom_class: str | None = None) -> list[tuple[Bug, Evidence | None]]:

@@ -5,58 +5,34 @@ frames around the failure (weight loading, profiling, KV-cache sizing, warm-up a
 capture are start-up; the engine's step/execute loop is serving); the log's lifecycle before
 the failure (start-up lines only, or requests/stats already seen); the engine's own wrapper
 ("failed to start" vs "encountered a fatal error"). Model-forward frames alone do not decide:
-the profiling pass runs the same forward as a request.
+the profiling pass runs the same forward as a request. The frame names are data
+(triage/data/phase_frames.yaml, read through frames.py); the strengths are the confidence scale's.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
 from ..evidence.logs import short_path
 from ..model import Evidence
+from ..thresholds import SAME_FAILURE_LINES
+from . import confidence as conf
 from .context import Context
 
 QUESTION = "Did it fail before the engine was serving?"
 
-# Function names that only run while a server starts (vLLM V0/V1, SGLang, TGI, HF loaders).
-STARTUP_FUNCS = frozenset({
-    "load_model", "load_weights", "_dummy_run", "_load_weights", "process_weights_after_loading", "initialize_model",
-    "_initialize_model", "make_layers", "get_model", "profile_run", "_dummy_sampler_run", "_dummy_pooler_run",
-    "determine_available_memory", "determine_num_available_blocks", "initialize_cache", "_initialize_kv_caches",
-    "initialize_kv_cache", "initialize_kv_cache_tensors", "init_device", "request_memory", "capture_model",
-    "_capture_cudagraphs", "compile_or_warm_up_model", "from_engine_args", "_init_executor", "init_worker",
-    "load_model_on_gpus", "dispatch_model", "init_memory_pool", "warmup", "Warmup", "_warmup", "from_pretrained",
-    "_init_engine", "init_model", "load_state_dict", "_allocate_kv_cache", "_init_cache", "init_cuda_graphs",
-    "graph_capture", "capture", "profile", "init_torch_distributed", "run_profile",
-    "init_worker_distributed_environment", "init_distributed_environment", "ensure_model_parallel_initialized",
-    "initialize_model_parallel", "allocate_gpu_cache", "_allocate_cache", "build_model_agent",
-    # CUDA-graph capture (torch.cuda.graph): vLLM, SGLang and TGI capture graphs once, while starting.
-    "capture_begin", "capture_end", "init_cuda_graph_state", "warmup_model",
-})
-# Source files whose frames only run while starting (graph capture).
-STARTUP_PATHS = ("torch/cuda/graphs.py",)
 # An engine's own wording for running out of memory while serving: these only happen in the
 # serving loop (a KV/token pool too full for the running batch, a leak check between batches).
 RUNTIME_OOM_KINDS = frozenset({Kind.KV_POOL_OOM.value, Kind.POOL_LEAK.value, Kind.PREEMPTION.value})
-# Function names of the serving loop: a request was being executed.
-RUNTIME_FUNCS = frozenset({
-    "step", "step_async", "engine_step", "run_busy_loop", "_process_engine_step", "run_engine_loop",
-    "start_worker_execution_loop", "execute_model_async", "forward_thread_func", "event_loop_normal",
-    "event_loop_overlap", "run_batch", "_run_engine", "generate", "_execute_model_spmd",
-    "process_batch_result", "sample_tokens", "_run_workers", "run_step", "step_with_batch_queue",
-    "_handle_client_request", "Decode", "Prefill", "decode", "prefill", "output_handler", "execute_model",
-})
-# execute_model also runs inside V0's profile_run; a start-up frame anywhere outranks it.
-_REPACK = re.compile(r"repack", re.IGNORECASE)
 
 
-@dataclass
-class PhaseAnswer:
+class PhaseAnswer(NamedTuple):
+    """The question's answer (a NamedTuple: read-only, and cheap to define on the cold path)."""
+
     phase: str                      # "startup" | "runtime" | "unknown"
     why: str
     strength: float                 # how direct the deciding evidence is (0..1)
-    evidence: list[Evidence] = field(default_factory=list)
+    evidence: Sequence[Evidence] = ()
     uptime_s: float | None = None
     # The failure is tied to request work (serving-loop frames, a failed step or request, requests
     # or stats before it, the engine's own runtime OOM wording), not merely to a running engine.
@@ -69,66 +45,72 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     check_kinds = {k.value for k in STARTUP_CHECK_KINDS}
     checks = [e for e in ctx.gpu_oom if e.kind in check_kinds and (
         e is anchor or (e.source == anchor.source and e.line is not None and anchor.line is not None
-                        and abs(e.line - anchor.line) <= 60 and not _restart_between(ctx, anchor, e)))]
+                        and abs(e.line - anchor.line) <= SAME_FAILURE_LINES and not _restart_between(ctx, anchor, e)))]
     if checks:
         engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
         return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
-                           0.95, checks[:2])
+                           conf.DECISIVE, checks[:2])
     if anchor.kind in RUNTIME_OOM_KINDS:
         engine = ctx.engine if ctx.engine != "unknown" else "the engine"
         return PhaseAnswer("runtime", f"{engine}'s own serving-loop out-of-memory message ({anchor.kind} at "
-                                      f"{anchor.where}): it only happens while requests run", 0.8, [anchor],
+                                      f"{anchor.where}): it only happens while requests run", conf.HIGH, [anchor],
                            _uptime(anchor), request_work=True)
+    from .frames import frames    # the frame vocabulary is read only when a stack must decide
+
     tbs = ctx.tracebacks_near(anchor)
-    frames = ctx.frames_near(anchor)
-    dp_idle = any(f[2] == "execute_dummy_batch" for f in frames)   # idle data-parallel ranks run _dummy_run
-    start_frames = [f for f in frames if _is_startup_frame(f) and not (dp_idle and f[2] == "_dummy_run")]
+    stack = ctx.frames_near(anchor)
+    vocab = frames()
+    idle = any(f[2] == vocab.idle_marker for f in stack)
+    start_frames = [f for f in stack if vocab.is_startup(f) and not (idle and f[2] in vocab.idle_not_startup)]
     if start_frames:
         f = start_frames[0]
-        return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {short_path(f[0])})", 0.85, tbs[:2])
-    run_frames = [f for f in frames if f[2] in RUNTIME_FUNCS]
+        return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {short_path(f[0])})",
+                           conf.VERY_HIGH, tbs[:2])
+    run_frames = [f for f in stack if f[2] in vocab.runtime]
     if run_frames:
         f = run_frames[0]
-        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {short_path(f[0])})", 0.75,
-                           tbs[:2], _uptime(anchor), request_work=True)
+        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {short_path(f[0])})",
+                           conf.FAIRLY_HIGH, tbs[:2], _uptime(anchor), request_work=True)
     step = _step_failure(ctx, anchor)
     if step is not None:
         return PhaseAnswer("runtime", f"the engine failed a model step for scheduled requests ({step.where}): the "
-                                      "serving loop", 0.75, [step], _uptime(anchor), request_work=True)
+                                      "serving loop", conf.FAIRLY_HIGH, [step], _uptime(anchor), request_work=True)
     life = str(anchor.fields.get("phase") or "unknown")
     elsewhere = _served_elsewhere(ctx, anchor)
     if life != "serving" and elsewhere is not None:
         return PhaseAnswer("runtime", f"another source shows the server serving before the failure ({elsewhere.where})",
-                           0.7, [elsewhere], _uptime(anchor), request_work=True)
+                           conf.MEDIUM_HIGH, [elsewhere], _uptime(anchor), request_work=True)
     if life == "serving":
         served = ctx.last_before(Kind.REQUEST_SERVED.value, anchor, True) + ctx.last_before(Kind.STATS.value, anchor, True)
-        return PhaseAnswer("runtime", "the server had already served requests before the failure", 0.8,
+        return PhaseAnswer("runtime", "the server had already served requests before the failure", conf.HIGH,
                            sorted(served, key=lambda e: e.seq)[-1:], _uptime(anchor), request_work=True)
     if life == "ready":
         ready = ctx.last_before(Kind.STARTUP_COMPLETE.value, anchor, True)
-        return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", 0.6, ready[-1:],
+        return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", conf.MEDIUM, ready[-1:],
                            _uptime(anchor))
     if life == "starting":
         marks = [e for e in ctx.ev if e.source == anchor.source and e.seq < anchor.seq
                  and e.kind in ("weights_loaded", "memory_profile", "kv_capacity", "startup_begin", "launch_config")]
-        return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)", 0.75,
+        return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)", conf.FAIRLY_HIGH,
                            marks[-1:])
     dead = ctx.ev.of(Kind.ENGINE_DEAD, Kind.REQUEST_FAILED)
     failed = ctx.ev.of(Kind.ENGINE_START_FAILED)
     if failed and not dead:
-        return PhaseAnswer("startup", f"the engine reported it failed to start ({failed[0].where})", 0.8, failed[:1])
+        return PhaseAnswer("startup", f"the engine reported it failed to start ({failed[0].where})", conf.HIGH,
+                           failed[:1])
     if dead and not failed:
         requests = [d for d in dead if d.kind == Kind.REQUEST_FAILED.value]
         if requests:
-            return PhaseAnswer("runtime", f"a request failed while it was being served ({requests[0].where})", 0.75,
+            return PhaseAnswer("runtime", f"a request failed while it was being served ({requests[0].where})", conf.FAIRLY_HIGH,
                                requests[:1], request_work=True)
         loop = [d for d in dead if d.fields.get("scope") != "process"]
         if loop:
             return PhaseAnswer("runtime", f"the engine loop died of it ({loop[0].where}): the loop runs the scheduled "
-                                          "requests' steps", 0.75, loop[:1], request_work=True)
-        return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it had started serving", 0.7,
+                                          "requests' steps", conf.FAIRLY_HIGH, loop[:1], request_work=True)
+        return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it had started serving", conf.MEDIUM_HIGH,
                            dead[:1])
-    return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", 0.0, tbs[:1])
+    return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", conf.NONE,
+                       tbs[:1])
 
 
 def _step_failure(ctx: Context, anchor: Evidence) -> Evidence | None:
@@ -137,7 +119,7 @@ def _step_failure(ctx: Context, anchor: Evidence) -> Evidence | None:
     for rec in ctx.ev.of(Kind.STEP_FAILED):
         if rec.source != anchor.source:
             continue
-        if rec.line is None or anchor.line is None or abs(rec.line - anchor.line) <= 60:
+        if rec.line is None or anchor.line is None or abs(rec.line - anchor.line) <= SAME_FAILURE_LINES:
             if not _restart_between(ctx, anchor, rec):
                 return rec
     return None
@@ -168,18 +150,6 @@ def _served_elsewhere(ctx: Context, anchor: Evidence) -> Evidence | None:
             continue
         return rec
     return None
-
-
-def _is_startup_frame(frame: tuple) -> bool:
-    path, func = frame[0], frame[2]
-    if func in STARTUP_FUNCS or _REPACK.search(func):
-        return True
-    if path.replace("\\", "/").endswith(STARTUP_PATHS):
-        return True
-    # Constructors of the engine and of model layers run once, at start-up.
-    norm = path.replace("\\", "/")
-    return func == "__init__" and ("/model_executor/" in norm or "/engine/" in norm or "/executor/" in norm
-                                   or "/worker/" in norm or norm.endswith("entrypoints/llm.py"))
 
 
 def _uptime(anchor: Evidence) -> float | None:

@@ -23,6 +23,7 @@ from typing import BinaryIO, Callable
 
 from ..errors import BadInput
 from ..safedir import HeldDir
+from ..timestamps import rfc3339
 
 CHUNK = 1 << 20
 
@@ -42,7 +43,7 @@ class SourceCut(Exception):
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return rfc3339(datetime.now(timezone.utc))
 
 
 def check_target(target: Path) -> None:

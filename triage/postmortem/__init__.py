@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import BadInput
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 
 DEFAULT_NAME = "postmortem.md"
 

@@ -1,6 +1,7 @@
 """Recovery steps from INCIDENT/actions.jsonl, paired start -> end, each citing its lines.
 
-A line that is not a JSON object is reported with its line number (and left out of the steps);
+A line that is not a JSON object, or a record with a field of the wrong type, is reported with
+its line number (and left out of the steps);
 a broken hash chain is reported too, since the steps may then not be what was done.
 """
 from __future__ import annotations
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..recovery.audit import FILENAME, verify
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 from ..safejson import loads
+from ..timeline.actions import ACTION_FIELDS
+from ..timeline.fields import wrong_field
 from ..timeref import parse_iso
 from .views import RecoveryStep, hms, span
 
@@ -46,6 +49,10 @@ def read_steps(bundle: Path) -> AuditSteps:
         if not isinstance(record, dict):
             out.problems.append(f"{FILENAME}:{n}: not a JSON object (corrupt or truncated line); left out of "
                                 "the recovery steps")
+            continue
+        wrong = wrong_field(record, ACTION_FIELDS)      # a field the steps below hash or format
+        if wrong:
+            out.problems.append(f"{FILENAME}:{n}: {wrong}; left out of the recovery steps")
             continue
         out.records.append((n, record))
     report = verify(path)

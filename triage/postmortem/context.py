@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from ..errors import BadInput
 from ..evidence.kinds import Kind
 from ..model import EvidenceSet, Verdict
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 from .audit_steps import AuditSteps, read_steps
 from .chart import Chart, Marker, build_chart
 from .lessons import NoteLine, derive_actions, derive_lessons

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..classes import registry
 from ..evidence.kinds import Kind
 from ..model import EvidenceSet, Verdict
 from ..report import to_json
@@ -13,9 +14,7 @@ from .views import (
     day, hms, iso_z,
 )
 
-CLASS_LABELS = {"startup": "start-up OOM", "burst": "runtime burst OOM", "chronic": "chronic OOM (fragmentation or leak)",
-                "prefix_cache": "prefix-cache OOM", "not_gpu_oom": "not a GPU OOM", "no_oom": "no OOM found",
-                "unknown": "unclassified failure"}
+CLASS_LABELS = registry().labels()
 EXCERPT = 300
 ROW_TEXT = 160
 

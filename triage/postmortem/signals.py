@@ -13,7 +13,7 @@ from ..budget import engine_budget as _engine_budget
 from ..evidence.kinds import GPU_OOM_KINDS, Kind
 from ..model import Evidence, EvidenceSet, Verdict
 from ..thresholds import DISCREPANCY, KV_HIGH, LOW_HIT_RATE
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 from .chart import Series, collect_series, node_of
 from .views import Claim, EarlierSignal, hms, span
 

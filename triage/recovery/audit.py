@@ -5,7 +5,7 @@ Each line is one JSON record (canonical: sorted keys, compact, ASCII). Two field
   hash  sha256 hex of the canonical JSON of the record without `hash`
 so an edited, deleted, reordered or truncated line is detectable (`verify`). Lines are written
 with one os.write on an O_APPEND descriptor, then fsync'd; the file is never rewritten.
-Arguments and output are redacted (`redact.py`) before they reach the disk.
+Arguments and output are redacted (`triage/redact.py`) before they reach the disk.
 
 The chain alone has no key: whoever can write the file can append records and recompute it.
 So each record also carries
@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import BadInput, TriageError
+from ..redact import redact
 from ..safedir import HeldDir
+from ..timestamps import rfc3339
 from .hostkey import HostKey, load_key
-from .redact import redact
 
 FILENAME = "actions.jsonl"
 GENESIS = "0" * 64
@@ -99,13 +100,6 @@ def authenticity(record: Mapping[str, Any], key: HostKey | None, directory: str 
     except ValueError:                    # not canonical JSON (a NaN): nothing this tool wrote
         return BAD_MAC
     return AUTHENTICATED if key.verifies(data, mac) else BAD_MAC
-
-
-def rfc3339(moment: datetime) -> str:
-    """UTC, millisecond precision, `Z` suffix; naive datetimes are taken as UTC."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def current_user() -> str:
@@ -301,6 +295,19 @@ class StepHandle:
     data: dict[str, Any] = field(default_factory=dict)   # facts for the end record (pid launched, url...)
 
 
+# The shapes every reader of an authenticated record relies on (what append() writes).
+_OBJECT_FIELDS = ("args", "data")
+_TEXT_FIELDS = ("run_id", "step", "action", "phase", "result", "host", "user")
+
+
+def well_formed(record: Mapping[str, Any]) -> bool:
+    """True when each field a reader uses has the type this log writes: a record that verifies but
+    has (say) a list for `args` was not written by this tool, and must not crash the run reading it."""
+    return all(record.get(k) is None or isinstance(record.get(k), dict) for k in _OBJECT_FIELDS) and \
+        all(record.get(k) is None or isinstance(record.get(k), str) for k in _TEXT_FIELDS) and \
+        isinstance(record.get("seq"), int) and not isinstance(record.get("seq"), bool)
+
+
 class AuditLog:
     """Append-only writer for one incident's actions.jsonl (see module doc)."""
 
@@ -363,7 +370,8 @@ class AuditLog:
         others: list[dict[str, Any]] = []
         held = self.directory()
         for rec in self.records():
-            (mine if held is not None and authenticity(rec, key, held) == AUTHENTICATED else others).append(rec)
+            trusted = held is not None and well_formed(rec) and authenticity(rec, key, held) == AUTHENTICATED
+            (mine if trusted else others).append(rec)
         return mine, others
 
     def last(self) -> dict[str, Any] | None:

@@ -1,19 +1,20 @@
-"""What a recovery step gets to work with, and what it gives back.
+"""The types every recovery module shares: a runbook and its steps, what was prepared before
+acting, a planned step, what a step gets to work with while it runs, and what it gives back.
 
-Actions are plain functions `run(step, ctx, deadline) -> Outcome`. They read the identified
-processes, launch spec and server URL from the `RunContext`, bound every wait by the `Deadline`,
-and never write the audit log themselves: the executor records each step around them.
+An action (`actions/`) runs as `action(step, ctx, deadline) -> Outcome`. It reads the identified
+processes, launch spec and server URL from the `RunContext`, bounds every wait by the `Deadline`,
+and never writes the audit log itself: the executor records each step around it.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from ..safedir import HeldDir
 from . import interrupts
 from .identify import Identification
-from ..safedir import HeldDir
 from .privileges import RunAs
 
 # Where a launch command came from. Only the first two count as confirmed by --yes: anything read
@@ -22,6 +23,42 @@ from .privileges import RunAs
 LIVE = "live"          # /proc/PID/cmdline of the confirmed, running server
 FLAG = "flag"          # --launch-command, typed by the operator
 BUNDLE = "bundle"
+
+# How a relaunch starts the server; a step that does not say uses the first.
+DRIVERS = ("process", "systemctl", "kubectl")
+
+
+@dataclass(frozen=True)
+class RunbookStep:
+    id: str
+    title: str
+    action: str
+    timeout_s: float
+    on_failure: str                      # "stop" | "continue"
+    verify: str                          # what proves the step worked, in words
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Runbook:
+    id: str
+    title: str
+    applies_to: tuple[str, ...]
+    summary: str
+    steps: tuple[RunbookStep, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    number: int
+    step: RunbookStep
+    details: tuple[str, ...]
+
+
+def relaunch_driver(step: RunbookStep, override: str | None = None) -> str:
+    """How a restart or rollback step starts the server: --driver, else the step's own, else the first."""
+    return override or str(step.params.get("driver", DRIVERS[0]))
 
 
 class StepTimeout(TimeoutError):
@@ -74,6 +111,18 @@ def rollback_spec(known_good: list[str], base: LaunchSpec | None) -> LaunchSpec:
                       base_env=base.base_env if base else None, source="the last launch that served (actions.jsonl)",
                       old_argv=base.argv if base else None, origin=BUNDLE,
                       base_env_uid=base.base_env_uid if base else None)
+
+
+@dataclass
+class Prepared:
+    """Everything recovery knows before it acts, read without changing anything (`prepare.py`)."""
+    model: str | None
+    url: str | None
+    identification: Identification
+    launch: LaunchSpec | None
+    known_good: list[str] | None
+    notes: list[str]
+    run_as: RunAs | None = None          # who a relaunch runs as (read before anything is stopped)
 
 
 @dataclass

@@ -17,14 +17,14 @@ from contextlib import contextmanager
 
 from ..live.server import health, serves
 from . import interrupts
-from .actions import RUNNERS
+from .actions import DESTRUCTIVE, REGISTRY, RUNNERS
 from .audit import AuditError, AuditLog
-from .context import Deadline, Outcome, RunContext, StepTimeout
-from .plan import Plan, PlannedStep
+from .context import Deadline, Outcome, PlannedStep, RunContext, StepTimeout
+from .plan import Plan
+from .prepare import this_host
 
 ALARM_SLACK_S = 2.0          # the backstop fires this long after the cooperative deadline
 PRECHECK_S = 25.0            # the "does it serve again?" check before the first destructive step
-DESTRUCTIVE = ("drain", "stop_server", "gpu_reset", "restart", "rollback")
 
 
 @dataclass
@@ -55,8 +55,6 @@ def resume_point(audit: AuditLog, plan: Plan) -> tuple[str | None, list[str]]:
     run of this runbook. A run of another runbook since then (a rollback, a different runbook
     tried by hand) changed what is running: the steps of the older run prove nothing any more,
     so the runbook starts again from step 1."""
-    from .prepare import this_host
-
     # Only records this host's key authenticates: a forged unfinished run must not skip steps.
     runs: list[dict[str, Any]] = [r for r in this_host(audit.authenticated()[0]) if r.get("action") == "run"]
     all_starts = [r for r in runs if r.get("phase") == "start"]
@@ -199,15 +197,8 @@ class Executor:
 
     def _run_step(self, ps: PlannedStep) -> StepReport:
         step = ps.step
-        args: dict[str, Any] = {"params": dict(step.params), "timeout_s": step.timeout_s, "details": list(ps.details)}
-        if step.action == "restart" and self.ctx.launch:
-            args.update(argv=self.ctx.launch.argv, old_argv=self.ctx.launch.old_argv, env=self.ctx.launch.env,
-                        cwd=self.ctx.launch.cwd, source=self.ctx.launch.source)
-        if step.action == "rollback":
-            args.update(argv=self.ctx.known_good, replaces=self.ctx.launch.argv if self.ctx.launch else None)
-        if step.action == "stop_server":
-            args["pids"] = [{"pid": p.info.pid, "role": p.role, "start_ticks": p.info.start_ticks,
-                             "cmdline": list(p.info.cmdline), "why": p.why} for p in self.ctx.identification.processes]
+        args: dict[str, Any] = {"params": dict(step.params), "timeout_s": step.timeout_s, "details": list(ps.details),
+                                **REGISTRY[step.action].audit_args(step, self.ctx)}
         runner = RUNNERS[step.action]
         outcome: Outcome | None = None
         try:

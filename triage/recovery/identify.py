@@ -32,15 +32,16 @@ started-before check.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
 from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
+from ..live.procs import ProcInfo, all_procs, descendants, protected_pids, read_proc
 from ..model import EvidenceSet, Verdict
 from ..timeref import future_warning, in_future
 from .entrypoints import not_server_problem
-from .procs import ProcInfo, all_procs, descendants, protected_pids, read_proc
 
 # Log times have one-second resolution; a process may start in the same second it logs.
 CLOCK_SLACK = timedelta(seconds=2)
@@ -51,6 +52,7 @@ FAILURE_KINDS = GPU_OOM_KINDS | NOT_GPU_KINDS | frozenset({
     Kind.TRACEBACK, Kind.EXCEPTION})
 SERVER_LOG_KINDS = (Kind.SERVER_PROCESS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN,
                     Kind.STARTUP_COMPLETE, Kind.STATS, Kind.KV_CAPACITY, Kind.MEMORY_PROFILE)
+_URL = re.compile(r"https?://[\w.\-\[\]:]+")
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,15 @@ def candidates_from_evidence(evidence: EvidenceSet) -> list[Candidate]:
             weak = rec.kind == Kind.GPU_PROCESS
             out.append(Candidate(pid, role, rec.where, rec.time, weak=weak, from_log=not weak))
     return out
+
+
+def server_url(evidence: EvidenceSet) -> str | None:
+    """The server's base URL as its own start-up line printed it (0.0.0.0 means loopback here)."""
+    for rec in reversed(evidence.of(Kind.STARTUP_COMPLETE)):
+        m = _URL.search(rec.text)
+        if m:
+            return m.group(0).replace("0.0.0.0", "127.0.0.1")
+    return None
 
 
 def cited_files(verdict: Verdict) -> set[str]:
@@ -359,4 +370,4 @@ def _started(cand: Candidate, info: ProcInfo) -> str:
 
 
 __all__ = ["Candidate", "FAILURE_KINDS", "Identification", "Refusal", "ServerProcess", "candidates_from_evidence",
-           "cited_files", "identify", "scope_to_verdict", "still_same"]
+           "cited_files", "identify", "scope_to_verdict", "server_url", "still_same"]

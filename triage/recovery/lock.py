@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TriageError
+from ..live.procs import PROC, boot_id, read_proc
+from ..redact import redact
 from ..safedir import HeldDir
 from ..safefile import NotRegular, check_regular, describe, read_regular
-from .audit import current_user, rfc3339
-from .procs import boot_id, read_proc
-from .redact import redact
+from ..timestamps import rfc3339
+from .audit import current_user
 
 LOCK_NAME = "triage-recover.lock"
 BUNDLE_LOCK_NAME = ".recovery.lock"
@@ -76,11 +77,8 @@ def _pid_exists(pid: int) -> bool:
 
 
 def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        return [a.decode("utf-8", errors="replace") for a in raw.split(b"\0") if a]
-    except OSError:
-        return list(sys.argv)
+    info = read_proc(pid)
+    return list(info.cmdline) if info is not None else list(sys.argv)
 
 
 # -- holder -------------------------------------------------------------------------------------
@@ -133,7 +131,7 @@ class Holder:
             return "the process is gone"
         now = proc_start(self.pid)
         if now is None:
-            return "the process is gone" if Path("/proc/self/stat").exists() else None
+            return "the process is gone" if (PROC / "self" / "stat").exists() else None
         if self.start_ticks is not None and now.ticks != self.start_ticks:
             return f"pid {self.pid} now belongs to another process (started {now.utc})"
         if self.start_ticks is None and self.start_time and now.utc and now.utc != self.start_time:

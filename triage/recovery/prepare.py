@@ -22,35 +22,25 @@ import re
 import shlex
 import socket
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..advice import apply_changes
 from ..bundle import read_incident
 from ..errors import BadInput
-from ..model import EvidenceSet, OomClass, Verdict
-from .context import BUNDLE, FLAG, LIVE, LaunchSpec
+from ..live.procs import boot_id, read_cwd, read_environ
+from ..model import EvidenceSet, Verdict
+from ..redact import MASK as MASK_MARK
+from .context import BUNDLE, FLAG, LIVE, LaunchSpec, Prepared
+from ..classes import registry
 from .identify import (Candidate, Identification, ServerProcess, candidates_from_evidence, identify,
-                       scope_to_verdict)
-from .privileges import RunAs, identity_without_server, read_creds, server_identity
-from .redact import MASK as MASK_MARK
-from .plan import server_url
+                       scope_to_verdict, server_url)
+from .privileges import identity_without_server, read_creds, server_identity
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-RUNTIME_CLASSES = (OomClass.BURST, OomClass.CHRONIC, OomClass.PREFIX_CACHE)
-
-
-@dataclass
-class Prepared:
-    model: str | None
-    url: str | None
-    identification: Identification
-    launch: LaunchSpec | None
-    known_good: list[str] | None
-    notes: list[str]
-    run_as: RunAs | None = None          # who a relaunch runs as (read before anything is stopped)
+RUNTIME_CLASSES = tuple(m.SPEC.id for m in registry().runtime())
 
 
 def prepare(incident: Path, verdict: Verdict, evidence: EvidenceSet, records: list[dict[str, Any]], *,
@@ -194,8 +184,6 @@ def this_host(records: list[dict[str, Any]], notes: list[str] | None = None) -> 
 def _relaunched(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Servers earlier runs started with the process driver, since the last boot: pid, start_ticks,
     argv, seq. (A PID and start time in clock ticks are unique only until the host reboots.)"""
-    from .procs import boot_id
-
     boot = boot_id()
     out = []
     for rec in records:
@@ -230,7 +218,7 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     elif (server := _server_root(ident)) is not None:
         old, source = list(server.info.cmdline), f"the running {server.role} pid {server.info.pid}"
         origin = LIVE
-        cwd, base_env = _cwd(server.info.pid), _environ(server.info.pid)
+        cwd, base_env = read_cwd(server.info.pid), _environ(server.info.pid)
         creds = read_creds(server.info.pid)
         base_uid = None if isinstance(creds, str) else creds.uid
         if base_env is None or cwd is None:
@@ -387,21 +375,8 @@ def _split_command(command: str) -> tuple[list[str], dict[str, str]]:
     return words, env
 
 
-def _cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-
-
 def _environ(pid: int) -> dict[str, str] | None:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
+        return read_environ(pid)
     except OSError:
         return None
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.decode("utf-8", "replace").partition("=")
-        if sep and key:
-            env[key] = value
-    return env

@@ -30,6 +30,7 @@ from typing import Iterable, Mapping
 
 import yaml
 
+from ..live.procs import read_status
 from ..paths import data_file
 
 EXEC_ENV_DATA = data_file("exec_env.yaml")
@@ -64,13 +65,9 @@ class RunAs:
 def read_creds(pid: int) -> Creds | str:
     """The process's uid, gid and groups, or why they cannot be used."""
     try:
-        text = open(f"/proc/{pid}/status", encoding="utf-8", errors="replace").read()
+        fields = read_status(pid)
     except OSError as exc:
         return f"cannot read /proc/{pid}/status ({exc.strerror or exc})"
-    fields: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        fields[name] = value.split()
     try:
         uids = [int(v) for v in fields["Uid"]]
         gids = [int(v) for v in fields["Gid"]]

@@ -7,39 +7,19 @@ into a silently skipped safety step.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import TriageError
 from ..paths import runbooks_dir
 from . import fill
+from .actions import REGISTRY, Param
+from .context import Runbook, RunbookStep
 
-# action -> parameters it accepts (name -> type). Commands are argv lists built by the executor,
-# never shell strings taken from a runbook.
+# action -> the parameters it accepts (name -> type), as the actions declare them (`actions/`).
+# Commands are argv lists built by the actions, never shell strings taken from a runbook.
 ACTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "drain": {"poll_s": (int, float), "max_wait_s": (int, float)},
-    "stop_server": {"grace_s": (int, float)},
-    "check_gpu_free": {"min_free_share": (int, float, str)},   # a share, or `target` (see WORDS)
-    "gpu_reset": {"require_flag": bool},
-    "restart": {"driver": str, "env": dict, "log": str},
-    "wait_healthy": {"retries": int, "backoff_s": (int, float), "completion_deadline_s": (int, float)},
-    "verify": {"window_s": (int, float), "max_kv_usage": (int, float), "max_gpu_share": (int, float)},
-    "manual": {"instruction": str},
-    "rollback": {"driver": str},
-}
-# Bounds a value must keep (low, high): a negative grace is an instant SIGKILL, a share of 5 never
-# passes, zero retries never probes /health.
-RANGES: dict[str, tuple[float, float | None]] = {
-    "poll_s": (0.05, None), "max_wait_s": (0, None), "grace_s": (0, None), "min_free_share": (0, 1),
-    "retries": (1, None), "backoff_s": (0, None), "completion_deadline_s": (0.1, None), "window_s": (0, None),
-    "max_kv_usage": (0.01, 1), "max_gpu_share": (0.01, 1),
-}
-# Parameters that take a word besides a number. `min_free_share: target`: the share the relaunch's
-# own gpu_memory_utilization needs (the verdict's new value, else the server's), see recovery.fill.
-WORDS: dict[str, tuple[str, ...]] = {"min_free_share": ("target",)}
-DRIVERS = ("process", "systemctl", "kubectl")
+    name: {p.name: p.types for p in action.params} for name, action in REGISTRY.items()}
 STEP_KEYS = {"id", "title", "action", "params", "timeout_s", "on_failure", "verify"}
 RUNBOOK_KEYS = {"id", "title", "applies_to", "summary", "steps"}
 REQUIRED_STEP_KEYS = ("id", "title", "action", "timeout_s", "on_failure", "verify")
@@ -47,27 +27,6 @@ REQUIRED_STEP_KEYS = ("id", "title", "action", "timeout_s", "on_failure", "verif
 
 class RunbookError(TriageError):
     """A runbook file that does not validate: `file: dotted.path: problem`."""
-
-
-@dataclass(frozen=True)
-class RunbookStep:
-    id: str
-    title: str
-    action: str
-    timeout_s: float
-    on_failure: str                      # "stop" | "continue"
-    verify: str                          # what proves the step worked, in words
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Runbook:
-    id: str
-    title: str
-    applies_to: tuple[str, ...]
-    summary: str
-    steps: tuple[RunbookStep, ...]
-    source: str
 
 
 def load_runbook(path: Path) -> Runbook:
@@ -116,8 +75,8 @@ def _step(where: "_Where", raw: Any, path: str) -> RunbookStep:
     for key in fill.STEP_TEXTS:
         where.placeholders(raw[key], f"{path}.{key}")
     action = raw["action"]
-    if action not in ACTIONS:
-        where.fail(f"{path}.action", f"unknown action {action!r} (allowed: {', '.join(ACTIONS)})")
+    if action not in REGISTRY:
+        where.fail(f"{path}.action", f"unknown action {action!r} (allowed: {', '.join(sorted(REGISTRY))})")
     timeout = raw["timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
         where.fail(f"{path}.timeout_s", "expected a number of seconds in (0, 3600]")
@@ -126,33 +85,37 @@ def _step(where: "_Where", raw: Any, path: str) -> RunbookStep:
     params = raw.get("params") or {}
     if not isinstance(params, dict):
         where.fail(f"{path}.params", "expected a mapping")
-    allowed = ACTIONS[action]
+    declared = {p.name: p for p in REGISTRY[action].params}
     for key, value in params.items():
-        if key not in allowed:
-            where.fail(f"{path}.params.{key}", f"unknown parameter for {action} (allowed: {', '.join(allowed) or 'none'})")
-        if key in WORDS and isinstance(value, str):
-            if value not in WORDS[key]:
-                where.fail(f"{path}.params.{key}", f"expected a number or {' / '.join(WORDS[key])}")
-            continue
-        if key in fill.PARAM_TEXTS and isinstance(value, str):
-            where.placeholders(value, f"{path}.params.{key}")
-        if isinstance(value, bool) and allowed[key] is not bool or not isinstance(value, allowed[key]):
-            where.fail(f"{path}.params.{key}", f"expected {_type_name(allowed[key])}")
-        if key in RANGES:
-            low, high = RANGES[key]
-            if value < low or (high is not None and value > high):
-                where.fail(f"{path}.params.{key}", f"{value!r} is out of range (expected "
-                           + (f"{low:g} to {high:g})" if high is not None else f"at least {low:g})"))
-        if key == "env":
-            for name, text in value.items():
-                if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) \
-                        or isinstance(text, bool) or not isinstance(text, (str, int, float)):
-                    where.fail(f"{path}.params.env.{name}", "expected NAME: value (a string or number)")
-    if action in ("restart", "rollback") and params.get("driver", "process") not in DRIVERS:
-        where.fail(f"{path}.params.driver", f"expected one of {', '.join(DRIVERS)}")
-    if action == "manual" and not params.get("instruction"):
-        where.fail(f"{path}.params.instruction", "a manual step needs the instruction for the human")
+        if key not in declared:
+            where.fail(f"{path}.params.{key}",
+                       f"unknown parameter for {action} (allowed: {', '.join(declared) or 'none'})")
+        _param(where, declared[key], value, f"{path}.params.{key}")
+    problem = REGISTRY[action].check(params)
+    if problem:
+        where.fail(f"{path}.params.{problem[0]}", problem[1])
     return RunbookStep(raw["id"], raw["title"], action, float(timeout), raw["on_failure"], raw["verify"], dict(params))
+
+
+def _param(where: "_Where", param: Param, value: Any, path: str) -> None:
+    """One parameter's value: a word it takes, else its type, its bounds (a negative grace is an
+    instant SIGKILL, a share of 5 never passes, zero retries never probes /health) and its own check."""
+    if param.words and isinstance(value, str):
+        if value not in param.words:
+            where.fail(path, f"expected a number or {' / '.join(param.words)}")
+        return
+    if param.name in fill.PARAM_TEXTS and isinstance(value, str):
+        where.placeholders(value, path)
+    if isinstance(value, bool) and param.types is not bool or not isinstance(value, param.types):
+        where.fail(path, f"expected {_type_name(param.types)}")
+    if param.bounds is not None:
+        low, high = param.bounds
+        if value < low or (high is not None and value > high):
+            where.fail(path, f"{value!r} is out of range (expected "
+                       + (f"{low:g} to {high:g})" if high is not None else f"at least {low:g})"))
+    problem = param.check(value) if param.check is not None else None
+    if problem:
+        where.fail(f"{path}.{problem[0]}", problem[1])
 
 
 def load_runbooks(extra_dirs: Iterable[Path] = ()) -> dict[str, Runbook]:

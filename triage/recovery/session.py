@@ -15,12 +15,15 @@ from ..safedir import HeldDir
 from ..safefile import kind_at
 from . import interrupts, trust
 from .audit import AuditLog
-from .context import ExecOptions, RunContext
+from .context import ExecOptions, PlannedStep, Prepared, RunContext, relaunch_driver, rollback_spec
 from .executor import Executor, RunReport, StepReport, resume_point
 from .lock import BundleLock, HostLock
-from .plan import Plan, PlannedStep, build_plan
-from .prepare import Prepared, prepare
+from .plan import Plan
+from .planner import build_plan
+from .prepare import prepare
+from .privileges import cwd_problem, identity_problem, run_uid
 from .runbooks import load_runbooks, select, with_overrides
+from .signals import gone
 
 
 class NoRunbook(TriageError):
@@ -98,7 +101,7 @@ def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runboo
     audit = AuditLog(held)
     seen = _audit_state(audit)
     relaunch = next((s for s in book.steps if s.action in ("restart", "rollback")), None)
-    in_pod = (driver or (str(relaunch.params.get("driver", "process")) if relaunch else None)) == "kubectl"
+    in_pod = (relaunch_driver(relaunch, driver) if relaunch else driver) == "kubectl"
     trusted, untrusted = audit.authenticated()         # only this host's own records decide anything
     prepared = prepare(root, verdict, evidence, trusted, pids=tuple(pids), url=url,
                        launch_command=launch_command, in_pod=in_pod, untrusted=untrusted)
@@ -135,7 +138,7 @@ def preflight(session: Session, options: ExecOptions, done: Sequence[str] = ()) 
         step = ps.step
         if step.id in done or step.action not in ("restart", "rollback"):
             continue
-        driver = options.driver or str(step.params.get("driver", "process"))
+        driver = relaunch_driver(step, options.driver)
         where = f"step {ps.number} ({step.id}, driver {driver})"
         if driver == "systemctl" and not options.unit:
             problems.append(f"{where} needs the systemd unit: give --unit NAME")
@@ -159,9 +162,6 @@ def preflight(session: Session, options: ExecOptions, done: Sequence[str] = ()) 
 
 def _identity_problems(p: Prepared, action: str) -> list[str]:
     """A relaunch never gains privileges: the server's own user, never root in another user's directory."""
-    from .context import rollback_spec
-    from .privileges import cwd_problem, identity_problem, run_uid
-
     out = [why for why in (identity_problem(p.run_as),) if why]
     spec = rollback_spec(p.known_good, p.launch) if action == "rollback" and p.known_good else p.launch
     cwd = cwd_problem(spec.cwd if spec else None, run_uid(p.run_as))
@@ -175,8 +175,6 @@ def _redo_stop(session: Session, done: list[str], say: Callable[[str], None]) ->
     of the server runs: a server an interrupted or failed relaunch left running is stopped again,
     never joined by a second copy. (A relaunch that completed is not redone: the run goes on
     waiting for that server.)"""
-    from .procs import gone
-
     steps = session.plan.steps
     pending = next((i for i, ps in enumerate(steps) if ps.step.id not in done), len(steps))
     if not any(ps.step.action in ("restart", "rollback") for ps in steps[pending:]):
@@ -233,5 +231,5 @@ def execute(session: Session, options: ExecOptions, *, show_step: Callable[[Plan
 def _relaunch_driver(session: Session, options: ExecOptions) -> str | None:
     for ps in session.plan.steps:
         if ps.step.action in ("restart", "rollback"):
-            return options.driver or str(ps.step.params.get("driver", "process"))
+            return relaunch_driver(ps.step, options.driver)
     return None

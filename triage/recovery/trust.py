@@ -18,17 +18,13 @@ from __future__ import annotations
 import hashlib
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from ..errors import TriageError
+from ..redact import redact
 from .audit import canonical
-from .context import BUNDLE, ExecOptions, LaunchSpec, rollback_spec
+from .context import BUNDLE, ExecOptions, LaunchSpec, PlannedStep, Prepared, relaunch_driver, rollback_spec
 from .privileges import Creds, RunAs
-from .redact import redact
-
-if TYPE_CHECKING:
-    from .plan import PlannedStep
-    from .prepare import Prepared
 
 DIGEST_CHARS = 16
 FLAG = "--trust-bundle-launch"
@@ -62,7 +58,7 @@ class BundleCommand:
                 "env": redact(dict(self.env)), "cwd": self.cwd, "user": self.user, "digest": self.digest}
 
 
-def bundle_commands(steps: Iterable["PlannedStep"], prepared: "Prepared", driver: str | None,
+def bundle_commands(steps: Iterable[PlannedStep], prepared: Prepared, driver: str | None,
                     done: Iterable[str] = ()) -> list[BundleCommand]:
     """The commands from the bundle that the pending relaunch steps would run."""
     skip = set(done)
@@ -71,7 +67,7 @@ def bundle_commands(steps: Iterable["PlannedStep"], prepared: "Prepared", driver
         step = ps.step
         if step.id in skip or step.action not in ("restart", "rollback"):
             continue
-        if (driver or str(step.params.get("driver", "process"))) == "kubectl":
+        if relaunch_driver(step, driver) == "kubectl":
             continue                   # kubectl reads the container args live; rollback undoes the rollout
         spec: LaunchSpec | None = prepared.launch
         if step.action == "rollback":

@@ -11,10 +11,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 from ..safefile import kind_at
 from ..safejson import loads
 from ..timeref import parse_iso
+from .fields import spec, wrong_field
 from .raw import Raw
 
 if TYPE_CHECKING:                  # recovery loads only when a bundle has an audit log
@@ -23,6 +24,11 @@ if TYPE_CHECKING:                  # recovery loads only when a bundle has an au
 
 FILENAME = "actions.jsonl"
 HEALTH_ACTIONS = frozenset({"wait_healthy", "verify", "health_check", "deep_health_check"})
+# Every field the timeline and the postmortem read from a record, with the types recovery writes.
+# The hash chain's own fields (seq, prev, hash, mac) are read only by the audit verifier.
+ACTION_FIELDS = spec(time="string", run_id="string null", step="string null", action="string null",
+                     phase="string null", result="string null", duration_s="number null", user="string null",
+                     node="string null", output_tail="string null", args="object null")
 
 
 def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
@@ -50,12 +56,21 @@ def read_actions(incident: str | Path) -> tuple[list[Raw], list[str], bool]:
         except (UnicodeDecodeError, ValueError):
             continue                      # verify() reported it with its line number
         if isinstance(obj, dict):
-            if _time(obj) is None:
-                problems.append(f"{FILENAME}:{n}: no valid 'time'; step left out of the timeline")
+            problem = record_problem(obj)
+            if problem:
+                problems.append(f"{FILENAME}:{n}: {problem}; step left out of the timeline")
                 continue
             records.append((n, obj))
     problems.extend(_unauthenticated(report))
     return _steps(records, problems), problems, True
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """Why a record cannot be read as a step (a field of the wrong type, no usable time), or None."""
+    wrong = wrong_field(rec, ACTION_FIELDS)
+    if wrong:
+        return wrong
+    return None if _time(rec) is not None else "no valid 'time'"
 
 
 def _host_key() -> HostKey | None:

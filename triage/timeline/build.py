@@ -7,7 +7,7 @@ from pathlib import Path
 from ..bundle import RELAUNCH_DIR
 from ..errors import BadInput
 from ..model import EvidenceSet
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 from .actions import read_actions
 from .from_evidence import from_evidence
 from .incident import IncidentInfo, load_incident

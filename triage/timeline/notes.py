@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput
-from ..recovery.redact import redact_output
+from ..redact import redact_output
 from ..safefile import NotRegular, open_append, read_regular
 from ..safejson import loads
 from ..timeref import MAX_YEAR, MIN_YEAR, parse_iso
+from .fields import spec, wrong_field
 from .incident import IncidentInfo, load_incident
 from .model import MOMENT_NAMES
 
@@ -101,7 +102,8 @@ def _full(text: str, incident: IncidentInfo, given: str) -> tuple[datetime, str]
 def append_note(incident: str | Path, text: str, *, at: str | None = None, moment: str | None = None,
                 author: str | None = None, now: datetime | None = None) -> dict[str, Any]:
     """Append one note and return it as written."""
-    from ..recovery.audit import current_user, rfc3339
+    from ..recovery.audit import current_user
+    from ..timestamps import rfc3339
 
     info = load_incident(incident, strict=False)
     if info.yaml_error and at is not None:      # --at needs the incident's date and zone
@@ -156,6 +158,11 @@ def _fsync_dir(directory: Path) -> None:
 
 
 # -- reading ------------------------------------------------------------------------------------
+
+# Every field read from a note, with the types `triage note` writes: a note with another type in one
+# of them is reported and skipped, not half read.
+NOTE_FIELDS = spec(time="string", text="string", recorded_at="string null", author="string null",
+                   moment="string null")
 
 # Authors of the notes our own tools write (`triage watch --incident`, `triage serve` closing an
 # incident): signals, not a person responding.
@@ -216,6 +223,9 @@ def _note(n: int, raw: bytes) -> tuple[Note | None, str | None]:
         return None, "not JSON (a truncated or hand-edited line?)"
     if not isinstance(obj, dict):
         return None, "not a JSON object"
+    wrong = wrong_field(obj, NOTE_FIELDS)
+    if wrong:
+        return None, f"{wrong}; note left out of the timeline"
     when = parse_iso(obj["time"]) if isinstance(obj.get("time"), str) else None
     if when is None:
         return None, f"no valid 'time' (RFC 3339, e.g. 2026-03-12T14:19:00Z): {obj.get('time')!r}"
@@ -233,7 +243,7 @@ def _note(n: int, raw: bytes) -> tuple[Note | None, str | None]:
         moment = marker.group(1) if marker else None
     if recorded is not None and when > recorded + FUTURE_SLACK:
         problem = f"time {_z(when)} is after the note was recorded ({_z(recorded)})"
-    author = obj.get("author") if isinstance(obj.get("author"), str) else None
+    author = obj.get("author")
     return Note(n, when, redact_output(" ".join(text.split())), author, recorded, moment), problem
 
 

@@ -10,12 +10,13 @@ are read in the zone incident.yaml names.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, tzinfo
 
-from ...recovery.procs import read_proc
 from ...redact import redact_argv, redact_text
+from ...timestamps import rfc3339
 from ..command import run as run_command
 from ..nvml import GpuInventory, NoNvml, read_inventory
+from ..procs import read_proc
 from ..source import SourceRun
 
 MIB = 1 << 20
@@ -112,5 +113,4 @@ def _document(gpus: list[GpuInventory], now: datetime) -> dict:
                          "total_bytes": r.total_bytes, "used_bytes": r.used_bytes, "free_bytes": r.free_bytes,
                          "utilization_pct": g.utilization_pct, "counters": g.counters, "processes": procs})
     driver = next((g.driver_version for g in gpus if g.driver_version), None)
-    taken = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    return {"schema": "triage.nvml/v1", "taken": taken, "driver_version": driver, "gpus": doc_gpus}
+    return {"schema": "triage.nvml/v1", "taken": rfc3339(now), "driver_version": driver, "gpus": doc_gpus}

@@ -8,48 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from ...httpget import Reply, get
 from ..source import SourceRun
 
-MAX_BODY_BYTES = 64 << 20          # a /metrics page is kilobytes; a DCGM exporter's a few MiB
 MAX_JSON_BYTES = 1 << 20
 SCRAPE_TIMEOUT_S = 5.0             # one scrape; a wedged server then costs the next one, not the run
-
-
-@dataclass(frozen=True)
-class Reply:
-    status: int | None             # None: no answer (see problem)
-    body: bytes
-    problem: str | None = None
-
-    @property
-    def refused(self) -> bool:
-        return bool(self.problem and "refused" in self.problem)
-
-
-def get(url: str, timeout_s: float, max_bytes: int = MAX_BODY_BYTES) -> Reply:
-    import requests
-
-    from ...evidence import _why
-
-    deadline = time.monotonic() + timeout_s
-    try:
-        with requests.get(url, timeout=(timeout_s, timeout_s), stream=True, allow_redirects=False) as resp:
-            chunks, size = [], 0
-            for chunk in resp.iter_content(1 << 16):
-                size += len(chunk)
-                if size > max_bytes:
-                    return Reply(resp.status_code, b"", f"answer larger than {max_bytes >> 20} MiB: not kept")
-                if time.monotonic() > deadline:
-                    return Reply(resp.status_code, b"", f"the answer took longer than {timeout_s:.3g} s: not kept")
-                chunks.append(chunk)
-            return Reply(resp.status_code, b"".join(chunks))
-    except requests.Timeout:
-        return Reply(None, b"", f"no answer within {timeout_s:.3g} s (a wedged server?)")
-    except Exception as exc:       # refused, DNS, TLS, a bad URL: one line
-        return Reply(None, b"", _why(exc))
 
 
 def _down(reply: Reply) -> str:
@@ -57,7 +22,7 @@ def _down(reply: Reply) -> str:
 
 
 def health(run: SourceRun, base: str) -> None:
-    reply = get(base + "/health", run.left(), MAX_JSON_BYTES)
+    reply = get(base + "/health", run.left(), max_bytes=MAX_JSON_BYTES)
     if reply.status is None:
         run.data["health"] = reply.problem
         run.fail(_down(reply))
@@ -92,7 +57,7 @@ def version(run: SourceRun, base: str) -> None:
 
 
 def _json(run: SourceRun, url: str) -> object | None:
-    reply = get(url, run.left(), MAX_JSON_BYTES)
+    reply = get(url, run.left(), max_bytes=MAX_JSON_BYTES)
     if reply.status != 200:
         run.fail(_down(reply) if reply.status is None else f"HTTP {reply.status}")
         return None

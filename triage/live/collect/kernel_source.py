@@ -13,9 +13,9 @@ import os
 import re
 from datetime import datetime, timezone
 
-from ...recovery.procs import boot_time
 from ...redact import mask_text
 from ..command import run as run_command
+from ..procs import boot_time
 from ..source import SourceRun
 
 WANTED = re.compile(r"NVRM|Xid|oom-kill|[Oo]ut of memory|Killed process|oom_reaper|invoked oom-killer|"

@@ -13,8 +13,8 @@ import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from ...recovery.procs import PROC, ProcInfo, descendants, read_proc
 from ...redact import redact, redact_argv
+from ..procs import PROC, ProcInfo, descendants, read_environ, read_proc
 from ..source import SourceRun
 
 # The variables that change how a server uses GPU memory or how its processes talk, and triage's own.
@@ -68,19 +68,14 @@ def server_process(run: SourceRun, url: str, pid: int | None) -> ServerProcess |
 def environ(run: SourceRun, server: ServerProcess) -> None:
     """The variables of ENV_NAMES / ENV_PREFIXES from /proc/PID/environ into `server.env`."""
     try:
-        with open(PROC / str(server.info.pid) / "environ", "rb") as fh:
-            raw = fh.read(MAX_ENVIRON_BYTES)
+        every = read_environ(server.info.pid, MAX_ENVIRON_BYTES)
     except PermissionError:
         run.fail("permission denied (another user's process: run as that user or root)")
         return
     except OSError as exc:
         run.fail(f"cannot read: {exc.strerror or exc}")
         return
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        name, eq, value = item.decode("utf-8", errors="replace").partition("=")
-        if eq and (name in ENV_NAMES or name.startswith(ENV_PREFIXES)):
-            env[name] = value
+    env = {name: value for name, value in every.items() if name in ENV_NAMES or name.startswith(ENV_PREFIXES)}
     server.env = env
     run.ok(f"{len(env)} relevant variables" if env else "none of the relevant variables set")
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
+from ...classes import registry
 from ...output import echo_json
 from ...paths import data_file
-from .fleet import FleetReport, Window, classify_fleet, selector_matchers, to_json
+from .fleet import UNDECIDED, FleetReport, Window, classify_fleet, selector_matchers, to_json
 from .lifetimes import clock, utc
 from .promapi import CA_BUNDLE_ENV, PromClient
 
@@ -22,8 +23,6 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_DEADLINE_S = 60.0
 DEFAULT_PARALLEL = 8
 SCHEMA_FILE = data_file("fleet.schema.json")
-_COLOURS = {"startup": "magenta", "burst": "red", "chronic": "yellow", "prefix_cache": "cyan",
-            "not_gpu_oom": "blue", "no_oom": "green", "unknown": "white"}
 
 
 def schema_path() -> Path:
@@ -78,13 +77,14 @@ def render(report: FleetReport, console: Any = None) -> None:
     for name, kwargs in (("instance", {"overflow": "fold"}), ("class", {}), ("conf.", {"justify": "right"}),
                          ("deciding series", {"overflow": "fold"})):
         table.add_column(name, **kwargs)
+    colours = registry().colours()
     for v in report.instances:
-        colour = _COLOURS.get(v.oom_class, "white")
+        colour = colours.get(v.oom_class, "white")
         table.add_row(v.instance, Text(v.oom_class, style=f"bold {colour}"), f"{v.verdict.confidence:.2f}",
                       _deciding(v))
     out.print(table)
     pulls = [(v.instance, v.verdict.attach[0]) for v in report.instances
-             if v.oom_class == "unknown" and v.verdict.attach]
+             if v.oom_class == UNDECIDED.value and v.verdict.attach]
     if pulls:
         out.print("[bold]To settle the unknown ones, pull[/bold]")
         for instance, what in pulls:

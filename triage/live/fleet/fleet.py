@@ -40,8 +40,9 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ...classes import registry
 from ...errors import ExitCode
-from ...model import Evidence, EvidenceSet, OomClass, SourceInfo, Step, Verdict
+from ...model import Evidence, EvidenceSet, SourceInfo, Step, Verdict
 from ...thresholds import CONFIDENT
 from .instance import InstanceSeries, read_instance
 from .lifetimes import GPU_SERIES, PROCESS_START, RESTARTS, TERMINATED, VLLM_CONCEPTS, Failure, clock, iso
@@ -66,9 +67,9 @@ _LIST_NAMES = ("vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:gp
 # every position (quadratic).
 _DURATION = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-CLASS_LABELS = {"startup": "startup OOM", "burst": "burst OOM", "chronic": "chronic OOM",
-                "prefix_cache": "prefix-cache OOM", "not_gpu_oom": "not a GPU OOM", "no_oom": "healthy",
-                "unknown": "unknown (logs needed)"}
+CLASS_LABELS = registry().short_labels()
+HEALTHY = registry().healthy.id            # a server that did not fail
+UNDECIDED = registry().fallback.id         # a failure the series cannot name: pull the logs
 
 
 # -- the window -----------------------------------------------------------------------------------
@@ -210,11 +211,11 @@ def classify_instance(data: InstanceSeries, window: Window) -> InstanceVerdict:
     verdict = classify_evidence(ev)
     failure = reading.failure
     if failure is not None and failure.oom and failure.memory is None and verdict.confidence > INFERRED_OOM_CAP \
-            and verdict.oom_class.value in ("burst", "chronic", "prefix_cache", "startup"):
+            and registry().spec(verdict.oom_class).gpu_oom:
         verdict.confidence = INFERRED_OOM_CAP
         verdict.summary += " (read from KV-cache pressure: no GPU memory series shows the card at its limit)"
         verdict.attach.insert(0, "GPU memory series (dcgm-exporter, or `triage watch --exporter`) to confirm the OOM")
-    if failure is not None or verdict.oom_class is OomClass.UNKNOWN:
+    if failure is not None or verdict.oom_class is UNDECIDED:
         verdict.attach.insert(0, logs_to_pull(data.instance, data.labels, failure))
     ends = [t for t in (life.quiet_end() for life in reading.lives) if t is not None]
     return InstanceVerdict(data.instance, data.labels, verdict, deciding(verdict, reading.records), failure,
@@ -239,7 +240,7 @@ def classify_around(client: PromClient, instance: str, at: float, *, before_s: f
 
 def unread(instance: str, labels: Mapping[str, str], why: str) -> InstanceVerdict:
     """An instance whose series could not be read (or hold nothing): unknown, saying why."""
-    verdict = Verdict(OomClass.UNKNOWN, 0.0, f"Unknown: {why}",
+    verdict = Verdict(UNDECIDED, 0.0, f"Unknown: {why}",
                       [Step("Could the instance's series be read?", "no", why)],
                       attach=[logs_to_pull(instance, labels, None)],
                       facts={"engine": "unknown", "engine_version": None, "inputs": []})
@@ -264,14 +265,14 @@ def deciding(verdict: Verdict, records: Sequence[Evidence]) -> Evidence | None:
     """The record that shows the class best: for a healthy instance its latest load reading; else
     a reading the first cause rests on, or else the verdict (the card or a fault before a gauge,
     before the configuration; the latest of those); else the failure itself."""
-    if verdict.oom_class is OomClass.NO_OOM:
+    if verdict.oom_class is HEALTHY:
         return next((e for e in reversed(records) if "kv_usage" in e.fields or "running" in e.fields), None)
 
     def readings(items: Sequence[Evidence]) -> list[Evidence]:
         return [e for e in items if e.fields.get("reading") and not e.fields.get("derived")]
 
     pool: list[Evidence] = []
-    if verdict.oom_class is not OomClass.UNKNOWN:
+    if verdict.oom_class is not UNDECIDED:
         pool = (readings(verdict.causes[0].evidence) if verdict.causes else []) or readings(verdict.evidence)
     if pool:
         return min(pool, key=lambda e: (_RANK.get(e.kind, 1), -(e.time.timestamp() if e.time else 0.0)))
@@ -296,7 +297,7 @@ class FleetReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.instances and all(i.oom_class == "unknown" for i in self.instances):
+        if self.instances and all(i.oom_class == UNDECIDED.value for i in self.instances):
             return ExitCode.UNKNOWN
         return ExitCode.OK
 
@@ -396,7 +397,7 @@ def class_counts(verdicts: Sequence[InstanceVerdict]) -> dict[str, int]:
 def summarize(verdicts: Sequence[InstanceVerdict], rollout: float | None) -> str:
     n = len(verdicts)
     counts = class_counts(verdicts)
-    failing = sorted((c for c in counts if c != "no_oom"), key=lambda c: (-counts[c], c == "unknown", c))
+    failing = sorted((c for c in counts if c != HEALTHY.value), key=lambda c: (-counts[c], c == UNDECIDED.value, c))
     if not failing:
         return f"{n}/{n} instances healthy"
     lead = failing[0]
@@ -409,8 +410,8 @@ def summarize(verdicts: Sequence[InstanceVerdict], rollout: float | None) -> str
         when = f" since {clock(min(times))[:5]}"
     parts = [f"{counts[lead]}/{n} instances: {CLASS_LABELS[lead]}{when}"]
     parts += [f"{counts[c]} {CLASS_LABELS[c]}" for c in failing[1:]]
-    if counts.get("no_oom"):
-        parts.append(f"{counts['no_oom']} healthy")
+    if counts.get(HEALTHY.value):
+        parts.append(f"{counts[HEALTHY.value]} {CLASS_LABELS[HEALTHY.value]}")
     return "; ".join(parts)
 
 

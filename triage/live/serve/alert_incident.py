@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
+from ...classes import registry
 from ...errors import TriageError
 from ...timeline.notes import SERVE_AUTHOR
 from .alert_payload import Alert, envelope_bytes
@@ -39,7 +40,9 @@ from ..source import OK, SourceRun
 from ..staging import Staging, utc_now
 
 AUTHOR = SERVE_AUTHOR            # the timeline reads its notes as signals, never as a response
-DECIDED = ("startup", "burst", "chronic", "prefix_cache", "not_gpu_oom")
+DECIDED = registry().settled_ids()       # classes that name what failed (not healthy, not unknown)
+UNDECIDED = registry().fallback.id.value
+HEALTHY = registry().healthy.id.value
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -114,7 +117,7 @@ def choose(bundle: Any, series: Any) -> tuple[Any, str]:
         return bundle, "bundle"
     if series is not None and series.oom_class in DECIDED:
         return series.verdict, "prometheus"
-    if bundle is not None and (series is None or series.oom_class == "unknown" or bundle.oom_class.value == "no_oom"):
+    if bundle is not None and (series is None or series.oom_class == UNDECIDED or bundle.oom_class.value == HEALTHY):
         return bundle, "bundle"
     return (series.verdict, "prometheus") if series is not None else (None, "bundle")
 

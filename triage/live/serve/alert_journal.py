@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ...safedir import HeldDir
+from ...timestamps import rfc3339
 from .private import PRIVATE, make_private_dir
 
 STATE_DIR = ".triage-serve"
@@ -47,7 +48,7 @@ class Entry:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return rfc3339(datetime.now(timezone.utc))
 
 
 class Journal:

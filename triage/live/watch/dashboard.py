@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ...console import _COLOURS
-from ...recovery.audit import rfc3339
+from ...timestamps import rfc3339
 from ...units import format_bytes
 from .readings import GpuView, Reading, ServerView, Source
 from .risk import LIMITS, Limits

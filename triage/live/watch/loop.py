@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, Protocol
 
-from ...recovery.audit import rfc3339
+from ...timestamps import rfc3339
 from .alerts import Event, Tracker
 from .exporter import Exporter
 from .incident_notes import IncidentNotes

@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ...classes import registry
+
 SCHEMA = "triage.watch/v1"
-RISK_CLASSES = ("startup", "burst", "chronic", "prefix_cache")
+RISK_CLASSES = registry().gpu_oom_ids()       # watch warns of the GPU OOM classes, in registry order
 LEVELS = ("warning", "critical")
 
 

@@ -25,12 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
+from ...classes import registry
 from ...thresholds import TABLE, Threshold
 from ...units import format_bytes
 from .readings import GpuView, Risk, ServerView
 
-# Most specific first: the order the verdict prefers on a tie, and the order risks are listed.
-_SPECIFICITY = ("prefix_cache", "chronic", "startup", "burst")
+# Most specific first (the class specs' order): the order the verdict prefers on a tie, and the
+# order risks are listed.
+_SPECIFICITY = registry().by_specificity()
 
 
 @dataclass(frozen=True)

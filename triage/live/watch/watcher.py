@@ -237,6 +237,6 @@ def _load(running: list[float]) -> Load:
         return Load(len(running), sum(running) / len(running) if running else None, False)
     # The classifier's own test of a steady load (coefficient of variation), so that watch and
     # `triage classify` agree on what "flat" means; imported only once a window exists.
-    from ...flowchart.chronic import _steady
+    from ...classes.chronic import steady_load as _steady
 
     return Load(len(running), sum(running) / len(running), _steady(running))

@@ -21,60 +21,108 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shlex
 import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ...advice import apply_changes
-from ...bundle import RELAUNCH_DIR
 from ...errors import BadInput
+from ...live.procs import boot_id, read_proc
 from ...live.server import health
-from ...safedir import HeldDir
-from ..context import Deadline, LaunchSpec, Outcome, RunContext, failed, ok, rollback_spec
+from ..context import (DRIVERS, Deadline, LaunchSpec, Outcome, RunbookStep, RunContext, failed, ok, relaunch_driver,
+                       rollback_spec)
+from ..plan import Plan
 from ..privileges import (Creds, RunAs, bundle_env_dropped, cwd_problem, identity_problem, popen_identity,
                           relaunch_env, run_uid)
-from ..procs import boot_id, gone, read_proc
-from ..runbooks import RunbookStep
+from ..signals import gone
+from .base import Action, Param
+from .launch_plan import restart_lines, rollback_lines
+from .relaunch_log import RelaunchLog
 
-SERVING_URL = re.compile(r"(?:Starting vLLM API server(?: \d+)? on|Uvicorn running on) (https?://[\w.\-\[\]:]+)")
 SYSTEMD_DIR_ENV = "TRIAGE_SYSTEMD_DIR"     # where drop-ins go (default /etc/systemd/system)
 DROPIN_NAME = "50-triage-recovery.conf"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEEP: list[subprocess.Popen] = []          # relaunched servers outlive this tool; keep the handles quiet
 
 
-def restart(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
-    spec = ctx.launch
-    env = {**(spec.env if spec else {}), **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
-    if _driver(step, ctx) == "kubectl":             # the container args are read live: no local command
-        recs = ctx.verdict.recommendations if ctx.verdict else []
-        advised = {r.setting: str(r.to_value) for r in recs if r.env and r.to_value is not None}
-        return _kubectl(ctx, deadline, {**advised, **env})
-    if spec is None:
-        return failed("give the launch command with --launch-command '…' (or `launch: {argv: […]}` in "
-                      "incident.yaml) and re-run", "no launch command: the server is not running and the evidence "
-                      "has no command line")
-    return _drive(step, ctx, deadline, spec, env)
+def _env_problem(env: Mapping[Any, Any]) -> tuple[str, str] | None:
+    for name, text in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name) \
+                or isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            return str(name), "expected NAME: value (a string or number)"
+    return None
 
 
-def rollback(step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
-    if _driver(step, ctx) == "kubectl":
-        return _kubectl(ctx, deadline, {}, undo=True)   # the deployment's own history knows what served
-    if not ctx.known_good:
-        return failed("relaunch by hand with the command that last served",
-                      "no known-good launch: actions.jsonl has no launch that passed a health check, and the "
-                      "original command never served")
-    return _drive(step, ctx, deadline, rollback_spec(ctx.known_good, ctx.launch), {})
+# --driver, else the step's own, else the first of DRIVERS.
+DRIVER = Param("driver", str, DRIVERS[0])
 
 
-def _driver(step: RunbookStep, ctx: RunContext) -> str:
-    return ctx.options.driver or str(step.params.get("driver", "process"))
+class _Relaunch(Action):
+    """What restart and rollback share: they replace the server, through one of the DRIVERS."""
+
+    destructive = True
+
+    def check(self, params: Mapping[str, Any]) -> tuple[str, str] | None:
+        if params.get("driver", DRIVER.default) not in DRIVERS:
+            return "driver", f"expected one of {', '.join(DRIVERS)}"
+        return None
+
+
+class Restart(_Relaunch):
+    name = "restart"
+    params = (DRIVER, Param("env", dict, check=_env_problem),
+              Param("log", str))             # accepted, not used: the process driver's log is always its own file
+
+    def describe(self, step: RunbookStep, plan: Plan) -> list[str]:
+        return restart_lines(step, plan, relaunch_driver(step, plan.driver))
+
+    def audit_args(self, step: RunbookStep, ctx: RunContext) -> dict[str, Any]:
+        spec = ctx.launch
+        if spec is None:
+            return {}
+        return {"argv": spec.argv, "old_argv": spec.old_argv, "env": spec.env, "cwd": spec.cwd, "source": spec.source}
+
+    def run(self, step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+        spec = ctx.launch
+        env = {**(spec.env if spec else {}), **{str(k): str(v) for k, v in (step.params.get("env") or {}).items()}}
+        if relaunch_driver(step, ctx.options.driver) == "kubectl":   # the container args are read live
+            recs = ctx.verdict.recommendations if ctx.verdict else []
+            advised = {r.setting: str(r.to_value) for r in recs if r.env and r.to_value is not None}
+            return _kubectl(ctx, deadline, {**advised, **env})
+        if spec is None:
+            return failed("give the launch command with --launch-command '…' (or `launch: {argv: […]}` in "
+                          "incident.yaml) and re-run", "no launch command: the server is not running and the "
+                          "evidence has no command line")
+        return _drive(step, ctx, deadline, spec, env)
+
+
+class Rollback(_Relaunch):
+    name = "rollback"
+    params = (DRIVER,)
+
+    def describe(self, step: RunbookStep, plan: Plan) -> list[str]:
+        return rollback_lines(step, plan, relaunch_driver(step, plan.driver))
+
+    def audit_args(self, step: RunbookStep, ctx: RunContext) -> dict[str, Any]:
+        return {"argv": ctx.known_good, "replaces": ctx.launch.argv if ctx.launch else None}
+
+    def run(self, step: RunbookStep, ctx: RunContext, deadline: Deadline) -> Outcome:
+        if relaunch_driver(step, ctx.options.driver) == "kubectl":
+            return _kubectl(ctx, deadline, {}, undo=True)   # the deployment's own history knows what served
+        if not ctx.known_good:
+            return failed("relaunch by hand with the command that last served",
+                          "no known-good launch: actions.jsonl has no launch that passed a health check, and the "
+                          "original command never served")
+        return _drive(step, ctx, deadline, rollback_spec(ctx.known_good, ctx.launch), {})
+
+
+restart = Restart()
+rollback = Rollback()
 
 
 def _drive(step: RunbookStep, ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[str, str]) -> Outcome:
-    if _driver(step, ctx) == "systemctl":
+    if relaunch_driver(step, ctx.options.driver) == "systemctl":
         return _systemctl(ctx, deadline, spec, env)
     return _process(ctx, deadline, spec, env)
 
@@ -146,64 +194,6 @@ def _identity_record(run_as: RunAs | None, me: Creds) -> dict[str, Any]:
     exactly this user (never as root by default), and only when this record is authenticated."""
     creds = run_as.creds if run_as and run_as.creds else me
     return {"gid": creds.gid, "groups": list(creds.groups)}
-
-
-class RelaunchLog:
-    """INCIDENT/recovery/relaunch-<UTC>.log: created fresh (O_EXCL) beneath the held incident
-    directory, no link followed on the way, and read back through the same descriptor — the
-    name is never opened again, so nothing planted there is written to or read."""
-
-    MAX_SCAN = 1 << 20           # the serving line is looked for in what the server wrote since the last look
-
-    def __init__(self, fd: int, name: str):
-        self.fd = fd
-        self.name = name
-        self._seen = 0
-        self._carry = b""
-
-    @classmethod
-    def create(cls, ctx: RunContext) -> "RelaunchLog":
-        held = ctx.held if ctx.held is not None else HeldDir.open(ctx.incident)
-        try:
-            with held.subdir(RELAUNCH_DIR, create=True) as folder:
-                stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
-                for name in (f"relaunch-{stamp}.log", f"relaunch-{stamp}-{secrets.token_hex(4)}.log"):
-                    try:
-                        return cls(folder.create_new(name, 0o644, readable=True), f"{RELAUNCH_DIR}/{name}")
-                    except BadInput as exc:
-                        if "exists" not in exc.problem:
-                            raise
-                raise BadInput(folder.display(f"relaunch-{stamp}.log"), "exists already (planted?)")
-        finally:
-            if held is not ctx.held:
-                held.close()
-
-    def __enter__(self) -> "RelaunchLog":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
-
-    def _read(self, start: int, size: int) -> bytes:
-        try:
-            return os.pread(self.fd, size, start)
-        except OSError:
-            return b""
-
-    def announced_url(self) -> str | None:
-        end = os.fstat(self.fd).st_size
-        start = max(self._seen, end - self.MAX_SCAN)
-        chunk = self._carry + self._read(start, end - start)
-        self._seen = end
-        cut = chunk.rfind(b"\n") + 1
-        self._carry = chunk[cut:][-4096:]
-        found = SERVING_URL.findall(chunk[:cut].decode("utf-8", errors="replace"))
-        return found[-1].replace("0.0.0.0", "127.0.0.1") if found else None
-
-    def tail(self, lines: int = 15) -> str:
-        end = os.fstat(self.fd).st_size
-        text = self._read(max(0, end - 64 * 1024), 64 * 1024).decode("utf-8", errors="replace")
-        return "\n".join(text.splitlines()[-lines:]) or "(no log)"
 
 
 # -- systemctl ----------------------------------------------------------------------------------

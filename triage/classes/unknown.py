@@ -8,11 +8,13 @@ on-call down the wrong path, "attach X" does not.
 from __future__ import annotations
 
 from ..evidence.kinds import Kind
+from ..flowchart import confidence as conf
+from ..flowchart.context import Context
 from ..model import Evidence, OomClass
-from .base import Assessment
-from .context import Context
+from .base import Assessment, Branch, ClassSpec
 
-CLASS = OomClass.UNKNOWN
+SPEC = ClassSpec(id=OomClass.UNKNOWN, label="unclassified failure", short_label="unknown (logs needed)",
+                 colour="white", branch=Branch.FALLBACK)
 
 
 def assess(ctx: Context, why: str, evidence: list[Evidence] | None = None,
@@ -27,4 +29,4 @@ def assess(ctx: Context, why: str, evidence: list[Evidence] | None = None,
         wanted.append("the log lines before the OOM (start-up lines, or requests/stats showing it was serving)")
     if not wanted:
         wanted.append("the full server log and dmesg from the time of the failure")
-    return Assessment(CLASS, 0.0, f"Unknown: {why}", why, list(evidence or []), [], wanted)
+    return Assessment(SPEC.id, conf.NONE, f"Unknown: {why}", why, list(evidence or []), [], wanted)

@@ -1,16 +1,13 @@
-"""Processes as /proc shows them, and signals that cannot hit a reused PID.
+"""Processes as /proc shows them: the one place recovery and collect read a process from.
 
 A PID alone names nothing stable: once a process exits its number is free for the next program.
-So a process is identified by (pid, start time in clock ticks since boot, command line), read
-from /proc, and every signal goes through a pidfd opened *before* that identity is re-checked:
-the pidfd pins the process, so if the check passes the signal reaches that very process, and if
-the PID was reused in between the check fails and nothing is sent.
+So a process is identified by (pid, start time in clock ticks since boot, command line), and two
+readings are the same process only when all three agree (`ProcInfo.same_process`). Nothing here
+changes a process; signalling one is recovery's (`triage/recovery/signals.py`).
 """
 from __future__ import annotations
 
 import os
-import signal
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -122,6 +119,38 @@ def protected_pids() -> set[int]:
     return pids
 
 
+def read_cwd(pid: int) -> str | None:
+    """The process's working directory, or None (gone, or another user's)."""
+    try:
+        return os.readlink(PROC / str(pid) / "cwd")
+    except OSError:
+        return None
+
+
+def read_environ(pid: int, limit: int = -1) -> dict[str, str]:
+    """The process's environment as it was started (the first `limit` bytes of it, when given);
+    OSError when it cannot be read (gone, or another user's: PermissionError)."""
+    with open(PROC / str(pid) / "environ", "rb") as fh:
+        raw = fh.read(limit)
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and key:
+            env[key] = value
+    return env
+
+
+def read_status(pid: int) -> dict[str, list[str]]:
+    """/proc/PID/status as `Name: [words]` (Uid, Gid, Groups...); OSError when it cannot be read."""
+    with open(PROC / str(pid) / "status", encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    fields: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.split()
+    return fields
+
+
 _BOOT: list[float | None] = []
 
 
@@ -144,75 +173,3 @@ def boot_id() -> str | None:
         return (PROC / "sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
-
-
-# -- signals ------------------------------------------------------------------------------------
-
-class Drifted(Exception):
-    """The PID no longer names the process that was identified (it exited and the number was reused)."""
-
-
-def send(expected: ProcInfo, signum: int) -> bool:
-    """Signal exactly the identified process. False when it is gone; Drifted when its PID was reused."""
-    pidfd = _pidfd_open(expected.pid)
-    try:
-        now = read_proc(expected.pid)
-        if now is None:
-            return False
-        if not expected.same_process(now):
-            raise Drifted(f"pid {expected.pid} is now {now.command(80)!r} (started {_utc(now)}), not the "
-                          f"identified {expected.command(80)!r} (started {_utc(expected)})")
-        try:
-            if pidfd is not None:
-                signal.pidfd_send_signal(pidfd, signum)
-            else:
-                os.kill(expected.pid, signum)   # no pidfd (old kernel): the check above narrows the race
-        except ProcessLookupError:
-            return False
-        return True
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def gone(expected: ProcInfo) -> bool:
-    """True when the identified process has exited (a reused PID counts as gone)."""
-    _reap(expected.pid)
-    return not expected.same_process(read_proc(expected.pid))
-
-
-def wait_gone(procs: list[ProcInfo], until: float, poll_s: float = 0.1) -> list[ProcInfo]:
-    """Wait (until the monotonic time `until`) for every process to exit; those still alive."""
-    from . import interrupts
-
-    while True:
-        left = [p for p in procs if not gone(p)]
-        if not left or time.monotonic() >= until:
-            return left
-        interrupts.check()
-        time.sleep(min(poll_s, max(0.0, until - time.monotonic())))
-
-
-def _pidfd_open(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None or not hasattr(signal, "pidfd_send_signal"):
-        return None
-    try:
-        return opener(pid)
-    except ProcessLookupError:
-        return None
-    except OSError:
-        return None                 # ENOSYS on old kernels, EPERM in some sandboxes
-
-
-def _reap(pid: int) -> None:
-    """Collect our own exited children (a server this run relaunched) so they do not linger as zombies."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except (ChildProcessError, OSError):
-        pass
-
-
-def _utc(info: ProcInfo) -> str:
-    moment = info.start_utc
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else "at an unknown time"

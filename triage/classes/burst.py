@@ -4,8 +4,8 @@
 or stats before it, or the engine's own runtime wording (SGLang's prefill/decode pool OOM and an
 unrecovered retraction, TGI's Prefill/Decode errors, TensorRT-LLM's forward error) — that
 nothing ties to chronic or prefix-cache. It is the default runtime class; its confidence says how
-much load evidence there was: KV-cache usage near 100%, a waiting queue growing, preemptions, one
-oversized allocation, an allocator message showing the memory really in use.
+much load evidence there was: KV-cache usage near 100%, a waiting queue growing, preemptions,
+one oversized allocation, an allocator message showing the memory really in use.
 **Not to be confused with**: chronic fragmentation (reserved-but-unallocated at least the failed
 request and a real share of the card) and prefix-cache OOM (low hit rate, cached blocks crowding
 out live KV). A quiet server before the OOM, prefix caching that cannot be judged, a borderline
@@ -15,24 +15,34 @@ allocator reading, or an engine merely reported dead keep it from being named (`
 from __future__ import annotations
 
 from ..evidence.kinds import Kind
-from ..model import Cause, Evidence, OomClass
+from ..flowchart import allocator
+from ..flowchart import causes as shared
+from ..flowchart import confidence as conf
+from ..flowchart.context import Context
+from ..flowchart.incident import Incident
+from ..flowchart.knowledge import prefix_cache_unjudged, prefix_caching_enabled
+from ..flowchart.phase import PhaseAnswer
+from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
 from ..thresholds import KV_BUSY, KV_HIGH, OVERSIZED_SHARE, QUIET_KV
 from ..units import format_bytes
-from . import allocator
-from .base import Assessment, pct
-from .causes import detect
-from .knowledge import prefix_cache_unjudged, prefix_caching_enabled
-from .context import Context
-from .phase import PhaseAnswer
+from .base import Assessment, Branch, CauseSpec, ClassSpec, pct
 from .prefix_cache import low_hit_rate
+from .settings import as_whole, current
 
-CLASS = OomClass.BURST
-RUNTIME_RANK = 2               # the generic runtime class: loses ties
-# Confidence of a runtime OOM named burst by default (nothing supports another class): it says
-# how much load evidence there was, and stays below a confident answer when there was none.
-DEFAULT_STRONG_PHASE = 0.48  # the serving loop's frames or the engine's own runtime wording
-DEFAULT_WEAK_PHASE = 0.44    # served before, but nothing about the load at the time
-UNSURE = 0.35                # something else explains it as well as a spike does: not named
+LOAD_SPIKE = CauseSpec("long_prompt_burst", "a load spike or an oversized request",
+                       ("kv_high", "kv_busy", "quiet_kv", "oversized_request_share"))
+SHARED_CAUSES = (shared.CONCURRENCY_MISJUDGED, shared.ACCOUNTING_DISCREPANCY, shared.KNOWN_ENGINE_BUG)
+SPEC = ClassSpec(
+    id=OomClass.BURST, label="runtime burst OOM", short_label="burst OOM", colour="red", branch=Branch.RUNTIME,
+    causes=(LOAD_SPIKE, *SHARED_CAUSES),
+    runtime_rank=2,              # the generic runtime class: loses ties
+    generic=True, specificity=3)
+# A runtime OOM named burst by default (nothing supports another class) is tentative: stronger when
+# the phase answer was this direct (serving-loop frames, a failed step, the engine's own wording).
+STRONG_PHASE = conf.FAIRLY_HIGH
+GiB = 1 << 30
+# Rule of thumb (flowchart.md): --max-num-batched-tokens by GPU memory.
+_BATCHED_TOKENS = ((30 * GiB, 4096), (50 * GiB, 8192), (10 ** 15, 16384))
 
 
 def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list[Evidence]]:
@@ -102,13 +112,13 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     """A GPU OOM while serving is a burst unless the evidence says otherwise (the chronic and
     prefix-cache modules speak for "otherwise"). The confidence says how much load evidence
     there was: stats/metrics showing pressure, an oversized allocation, or allocator numbers
-    showing the memory was really in use. With none of those it is still named, below 0.5,
-    with what to attach to confirm it."""
+    showing the memory was really in use. With none of those it is still named, below a confident
+    answer, with what to attach to confirm it."""
     oom = ctx.primary
     if oom is None or phase.phase == "startup":
-        return Assessment(CLASS, 0.0, "", "it did not fail while serving")
+        return Assessment(SPEC.id, conf.NONE, "", "it did not fail while serving")
     if oom.kind == Kind.POOL_LEAK.value:
-        return Assessment(CLASS, 0.0, "", "the engine's leak check failed: accounting drift, not load")
+        return Assessment(SPEC.id, conf.NONE, "", "the engine's leak check failed: accounting drift, not load")
     notes, used = load_signals(ctx, oom)
     tried, capacity = oom.fields.get("tried_bytes"), oom.fields.get("capacity_bytes")
     if phase.phase == "runtime" and tried and capacity and tried >= OVERSIZED_SHARE * capacity:
@@ -116,15 +126,15 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         notes.append(f"one allocation of {format_bytes(tried)} ({tried / capacity:.0%} of the card): an oversized request")
         used.append(oom)
     causes: list[Cause] = []
-    confidence = 0.0
+    confidence = conf.NONE
     if notes:
-        causes.append(Cause("long_prompt_burst", "Load spike or oversized request: " + "; ".join(notes), tuple(used)))
-        confidence = 0.6 + 0.1 * len(notes)
+        causes.append(Cause(LOAD_SPIKE.id, "Load spike or oversized request: " + "; ".join(notes), tuple(used)))
+        confidence = conf.MEDIUM + conf.BIG_STEP * len(notes)
     alloc = allocator.reading(oom)
     if phase.phase == "unknown" and not causes:
         # Without a phase, only load signals point at a burst; the allocator's numbers merely
         # rule fragmentation in or out.
-        return Assessment(CLASS, 0.0, "", "nothing shows it was serving under load",
+        return Assessment(SPEC.id, conf.NONE, "", "nothing shows it was serving under load",
                           attach=["the log lines before the OOM (start-up lines, or requests/stats showing load)"])
     unsure: list[str] = []
     if phase.phase == "runtime" and not phase.request_work and not causes:
@@ -138,25 +148,25 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         if not _cache_thrashing(ctx, oom):
             # Memory in use rules fragmentation out; with a thrashing prefix cache, cached blocks are
             # memory in use too, so the reading does not tell a spike from the cache.
-            confidence = max(confidence, 0.6) + (0.05 if causes else 0)
+            confidence = max(confidence, conf.MEDIUM) + (conf.STEP if causes else 0)
         elif not causes:
-            confidence = DEFAULT_STRONG_PHASE if phase.strength >= 0.75 else DEFAULT_WEAK_PHASE
+            confidence = conf.TENTATIVE_STRONG if phase.strength >= STRONG_PHASE else conf.TENTATIVE_WEAK
     if not notes:
-        confidence = DEFAULT_STRONG_PHASE if phase.strength >= 0.75 else DEFAULT_WEAK_PHASE
-    if not any(c.id == "long_prompt_burst" for c in causes) and prefix_cache_unjudged(ctx):
+        confidence = conf.TENTATIVE_STRONG if phase.strength >= STRONG_PHASE else conf.TENTATIVE_WEAK
+    if not any(c.id == LOAD_SPIKE.id for c in causes) and prefix_cache_unjudged(ctx):
         unsure.append("prefix caching is on and its hit rate is not in the evidence")
     quiet = quiet_before(ctx, oom)
-    if quiet is not None and not any(c.id == "long_prompt_burst" for c in causes):
+    if quiet is not None and not any(c.id == LOAD_SPIKE.id for c in causes):
         unsure.append(f"the last stats before it show little load ({quiet})")
-    if unsure and not any(c.id == "long_prompt_burst" for c in causes):
+    if unsure and not any(c.id == LOAD_SPIKE.id for c in causes):
         # Another explanation fits as well as a spike and no load evidence tips it: not named.
-        confidence = min(confidence, UNSURE)
+        confidence = min(confidence, conf.UNNAMED)
     notes += ["but " + u for u in unsure]
     if phase.phase == "unknown":
-        confidence -= 0.1
-    causes += detect(ctx, "concurrency_misjudged", "accounting_discrepancy", "known_engine_bug", oom_class=CLASS.value)
-    confidence = min(0.95, confidence)
-    attach = [] if len(notes) >= 2 and confidence >= 0.6 else [
+        confidence -= conf.BIG_STEP
+    causes += shared.detect(ctx, *SHARED_CAUSES, oom_class=SPEC.id.value)
+    confidence = min(conf.CEILING, confidence)
+    attach = [] if len(notes) >= 2 and confidence >= conf.MEDIUM else [
         "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]
     if any("prefix caching is on" in u for u in unsure):
         attach.append("the prefix-cache hit rate (stats lines or vllm:prefix_cache_hits/queries)")
@@ -164,7 +174,40 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         attach.append("torch.cuda.memory_stats() or memory_summary() at the OOM (fragmentation or not)")
     summary = "Runtime burst OOM while serving" + (f": {'; '.join(notes)}" if notes else
                                                    " (no load or allocator signals to confirm it)")
-    extra = [c for c in causes if c.id != "long_prompt_burst"]
+    extra = [c for c in causes if c.id != LOAD_SPIKE.id]
     if extra:
         summary += ". Also: " + "; ".join(c.title for c in extra)
-    return Assessment(CLASS, round(confidence, 2), summary, "; ".join(notes) or phase.why, [oom] + used, causes, attach)
+    return Assessment(SPEC.id, round(confidence, 2), summary, "; ".join(notes) or phase.why, [oom] + used, causes, attach)
+
+
+# --- advice ----------------------------------------------------------------------------------------
+
+def recommend(incident: Incident, verdict: Verdict) -> list[Recommendation]:
+    """Caps on one forward pass and on concurrency, sized from the incident where it can be."""
+    from .concurrency import kv_sized_cap    # only a verdict of this class needs it
+
+    out: list[Recommendation] = []
+    total = incident.gpu_total_bytes
+    cur_tokens = as_whole(current(incident, "max_num_batched_tokens"))
+    if total:
+        # past the table's last row (a bogus total from a damaged log) the last row applies
+        target = next((t for limit, t in _BATCHED_TOKENS if total <= limit), _BATCHED_TOKENS[-1][1])
+        # Only ever lower it: with the current value unknown, the engine's default may be below the table.
+        if cur_tokens is not None and cur_tokens > target:
+            out.append(Recommendation("max_num_batched_tokens", cur_tokens, target,
+                                      f"cap the tokens of one forward pass for a {total / GiB:.0f} GiB GPU "
+                                      "(flowchart table: 24 GB -> 4096, 40 GB -> 8192, 80 GB -> 16384-24576)",
+                                      "rule_of_thumb"))
+    stats = incident.stats_before_failure
+    cur_seqs = as_whole(current(incident, "max_num_seqs"))
+    cap = kv_sized_cap(stats, cur_seqs, min_running=4)
+    if cap:
+        out.append(cap)
+    elif not any(s.fields.get("running") for s in stats) and cur_seqs and cur_seqs > 128:
+        out.append(Recommendation("max_num_seqs", cur_seqs, 128, "vLLM's default concurrency is optimistic and the "
+                                  "log shows no running count to size it from: match the real peak behind the load "
+                                  "balancer (rule of thumb: 128)", "rule_of_thumb"))
+    if incident.engine == "vllm" and incident.engine_mode != "v1" and not incident.arg("enable_chunked_prefill"):
+        out.append(Recommendation("enable_chunked_prefill", False, True, "split long prefills so one huge prompt cannot "
+                                  "claim a whole step's activation memory", "rule_of_thumb"))
+    return out

@@ -11,27 +11,30 @@ since the failure may simply not be in it.
 from __future__ import annotations
 
 from ..evidence.kinds import HEALTHY_KINDS, Kind
+from ..flowchart import confidence as conf
+from ..flowchart.context import Context
 from ..model import OomClass
-from .base import Assessment
-from .context import Context
+from .base import Assessment, Branch, ClassSpec
 
-CLASS = OomClass.NO_OOM
+SPEC = ClassSpec(id=OomClass.NO_OOM, label="no OOM found", short_label="healthy", colour="green",
+                 branch=Branch.HEALTHY)
+QUESTION = "Does the evidence show a working server?"
 _HEALTHY = frozenset(k.value for k in HEALTHY_KINDS)
 
 
 def assess(ctx: Context) -> Assessment:
     if ctx.any_failure:
-        return Assessment(CLASS, 0.0, "", "a failure is in the evidence")
+        return Assessment(SPEC.id, conf.NONE, "", "a failure is in the evidence")
     healthy = [e for e in ctx.ev if e.kind in _HEALTHY]
     if not healthy:
-        return Assessment(CLASS, 0.0, "", "nothing recognisable in the evidence")
+        return Assessment(SPEC.id, conf.NONE, "", "nothing recognisable in the evidence")
     served = [e for e in healthy if e.kind in (Kind.REQUEST_SERVED.value, Kind.STATS.value)]
     complete = [e for e in healthy if e.kind == Kind.STARTUP_COMPLETE.value]
     if served:
-        why, conf = f"the server was serving ({len(served)} request/stats lines) and nothing failed", 0.85
+        why, level = f"the server was serving ({len(served)} request/stats lines) and nothing failed", conf.VERY_HIGH
     elif complete:
-        why, conf = "start-up completed normally and nothing failed", 0.8
+        why, level = "start-up completed normally and nothing failed", conf.HIGH
     else:
-        why, conf = "start-up was progressing normally (no error in the excerpt)", 0.7
+        why, level = "start-up was progressing normally (no error in the excerpt)", conf.MEDIUM_HIGH
     key = (served or complete or healthy)
-    return Assessment(CLASS, conf, "No OOM: " + why, why, [key[0], key[-1]] if len(key) > 1 else key[:1])
+    return Assessment(SPEC.id, level, "No OOM: " + why, why, [key[0], key[-1]] if len(key) > 1 else key[:1])

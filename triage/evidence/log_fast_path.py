@@ -1,0 +1,235 @@
+"""The serving fast path: the lines that dominate big logs, handled by C-level counts.
+
+Access lines (uvicorn's `"GET /health HTTP/1.1" 200 OK`, a proxy's request line) say nothing
+once the server is serving: a chunk whose newline count equals its access-marker count is
+skipped after two counts. A chunk whose other lines are all repetitive (preemption warnings,
+stats lines, admission lines, warnings learned as noise, a known repeated error block) is
+counted into the scanner's buckets without a Python look at each line. Any other chunk is
+halved by counts down to LEAF bytes and its odd lines are fed to the scanner one by one.
+The counts are exact: every record cites a real line.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Generator, Iterator
+
+from ..model import Evidence, Phase
+from .log_patterns import ACCESS_MARK, CHUNK, MIN_CHUNK, SERVING_REQUEST, is_request_log
+from .repeats import ADMISSION_MARK, PREEMPT_FAMILY, PREEMPT_MARK, RETRACT_MARK, STATS_MARK
+
+if TYPE_CHECKING:
+    from .log_scanner import LogScanner
+
+def ready_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
+               lineno: int) -> Generator[Evidence, None, tuple[int, int]]:
+    """Before the first served request: skip the access lines of buf[pos:] (probes, scrapes) and
+    feed the others, chunk by chunk, up to a chunk holding a serving request (a POST) or a change
+    of phase. Returns (position, line number) to resume at (pos itself: read the next line alone)."""
+    count, find = buf.count, buf.find
+    a = pos
+    while a < end:
+        b = find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
+        if find(SERVING_REQUEST, a, b) >= 0:
+            return a, lineno
+        lines_here = count(b"\n", a, b)
+        if lines_here != count(ACCESS_MARK, a, b):
+            for at, at_line, raw in odd_lines(buf, a, b, lineno, lines_here):
+                if not scanner.tracebacks and is_request_log(raw):
+                    continue
+                yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
+                if scanner.phase in (Phase.SERVING, Phase.STARTING) or scanner.busy:
+                    return at + len(raw) + 1, at_line + 1
+        lineno += lines_here
+        a = b
+    return a, lineno
+
+
+def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
+                 lineno: int) -> Generator[Evidence, None, tuple[int, int]]:
+    """Feed only the lines of buf[pos:] that can change the verdict while serving; stop where the
+    phase changes.
+
+    Chunks whose newline count equals their access-marker count are all access lines and are
+    skipped after two C-speed counts. A chunk whose other lines are all repetitive ones —
+    preemption warnings, stats lines, admission lines, warnings learned as noise (repeats.py),
+    told apart by more counts — is handled without a Python look at each line (see _repeat_chunk).
+    Any other chunk is halved until the pieces are small (see odd_lines) and its odd lines are
+    read one by one. (A line holding two markers could hide one line of its chunk; uvicorn writes
+    the request line once.)
+    Returns (position, line number) to resume at.
+    """
+    a = pos
+    count, find = buf.count, buf.find
+    storm = False                  # the last chunk held other lines: find stats lines first (below)
+    while a < end:
+        b = find(b"\n", min(a + scanner.chunk, end - 1), end) + 1 or end
+        block = scanner.repeats.block
+        if block is not None and block.countable:
+            # End the chunk before a repeated block it would cut in two: whole, it is counted.
+            cut = buf.rfind(block.head, a, b)
+            if cut > a and cut + len(block.data) > b:
+                b = cut
+        if storm:
+            # Counting the chunk's lines piece by piece between its stats lines numbers them too.
+            stats_at, stats_lines, lines_here = _numbered(buf, STATS_MARK, a, b, lineno)
+        else:
+            stats_at, stats_lines, lines_here = None, None, count(b"\n", a, b)
+        known = count(ACCESS_MARK, a, b)
+        storm = lines_here != known
+        if storm:
+            if stats_at is None:
+                stats_at, stats_lines, _ = _numbered(buf, STATS_MARK, a, b, lineno)
+            pre, stats = count(PREEMPT_MARK, a, b), len(stats_at)
+            blocks = scanner.blocks_in(buf, a, b)
+            rest = lines_here - known - pre - stats - blocks * (scanner.repeats.block.lines if blocks else 0)
+            for marker in scanner.noise.markers:
+                if rest <= 0:
+                    break
+                rest -= count(marker, a, b)
+            if rest == 0 or (scanner.admissions and rest == count(ADMISSION_MARK, a, b)):
+                if blocks:                     # a dead engine's per-request tracebacks, counted whole
+                    last = buf.rfind(scanner.repeats.block.data, a, b)
+                    scanner.repeats.add_blocks(lineno + lines_here - count(b"\n", last, b), blocks)
+                yield from _repeat_chunk(scanner, buf, a, b, lineno, lines_here, pre, stats_at, stats_lines)
+            else:
+                for at, at_line, raw in odd_lines(buf, a, b, lineno, lines_here):
+                    if PREEMPT_MARK in raw:
+                        yield from scanner.repeated(at_line, raw, PREEMPT_FAMILY)
+                    elif RETRACT_MARK in raw:
+                        yield from scanner.repeated(at_line, raw, "retract")
+                    elif STATS_MARK in raw:
+                        scanner.hold_stats(at_line, raw)
+                    elif ADMISSION_MARK in raw and scanner.admitted() or raw in scanner.noise or \
+                            (not scanner.tracebacks and is_request_log(raw)):
+                        continue
+                    elif skip := scanner.skip_block(buf, at, at_line):
+                        return skip                          # a known repeated error, counted
+                    else:
+                        made = False
+                        for record in scanner.feed(at_line, raw.decode("utf-8", errors="replace")):
+                            made = True
+                            yield record
+                        if not made and scanner.phase is Phase.SERVING and not scanner.busy:
+                            scanner.noise.learn(raw)
+                    if scanner.phase is not Phase.SERVING or scanner.busy:
+                        scanner.chunk = MIN_CHUNK
+                        return at + len(raw) + 1, at_line + 1          # resume just after this line
+        scanner.chunk = min(CHUNK, scanner.chunk * 2)
+        lineno += lines_here
+        a = b
+    return end, lineno
+
+
+def _repeat_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int, lines_here: int, pre: int,
+                  stats_at: list[int], stats_lines: list[int]) -> Iterator[Evidence]:
+    """buf[a:b] holds access, admission, preemption and stats lines only (the stats lines found and
+    numbered already). The preemption warnings of the open time bucket are counted, found by
+    bisecting on their times (a log's times only go forward); the first of a new bucket is read in
+    full; stats lines are held raw, in order with them."""
+    find, rfind, nl = buf.find, buf.rfind, b"\n"
+    buckets, fam = scanner.repeats, PREEMPT_FAMILY
+    if pre:                                  # the usual case: every warning in the open bucket
+        first, last = find(PREEMPT_MARK, a, b), rfind(PREEMPT_MARK, a, b)
+        first_start, last_start = rfind(nl, a, first) + 1 or a, rfind(nl, a, last) + 1 or a
+        key = buckets.key(buf[first_start:first_start + 64])
+        if buckets.fits(fam, key) and buckets.key(buf[last_start:last_start + 64]) == key:
+            # Its line number counted back from the chunk's end: the tail is short, the head is not.
+            buckets.add(fam, lineno + lines_here - buf.count(nl, last_start, b), buf[last_start:find(nl, last, b)], pre)
+            pre = 0
+    lines = _LineCounter(buf, a, lineno)
+    s = 0                                    # the next stats line to hold
+    marks = _positions(buf, PREEMPT_MARK, a, b, pre)
+    i = 0
+    while i < len(marks):
+        start = rfind(nl, a, marks[i]) + 1 or a
+        if buckets.fits(fam, buckets.key(buf[start:start + 64])):
+            lo, hi = i, len(marks) - 1          # the last warning still in the open bucket
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                mid_start = rfind(nl, a, marks[mid]) + 1 or a
+                if buckets.fits(fam, buckets.key(buf[mid_start:mid_start + 64])):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            last_start = rfind(nl, a, marks[lo]) + 1 or a
+            s = _hold(scanner, buf, stats_at, stats_lines, s, last_start, b)
+            buckets.add(fam, lines.at(last_start), buf[last_start:find(nl, marks[lo], b)], lo - i + 1)
+            i = lo + 1
+            continue
+        s = _hold(scanner, buf, stats_at, stats_lines, s, start, b)
+        yield from scanner.repeated(lines.at(start), buf[start:find(nl, marks[i], b)], fam)
+        i += 1
+    _hold(scanner, buf, stats_at, stats_lines, s, b, b)
+
+
+def _numbered(buf: bytearray, mark: bytes, a: int, b: int, lineno: int) -> tuple[list[int], list[int], int]:
+    """The starts of the lines of buf[a:b] holding `mark`, their line numbers, and the number of
+    lines in buf[a:b]: the newlines are counted once, piece by piece between those lines."""
+    find, rfind, count = buf.find, buf.rfind, buf.count
+    starts, numbers = [], []
+    pos, line = a, lineno
+    at = find(mark, a, b)
+    while at >= 0:
+        start = rfind(b"\n", a, at) + 1 or a
+        line += count(b"\n", pos, start)
+        pos = start
+        starts.append(start)
+        numbers.append(line)
+        at = find(mark, at + len(mark), b)
+    return starts, numbers, line - lineno + count(b"\n", pos, b)
+
+
+def _hold(scanner: LogScanner, buf: bytearray, starts: list[int], numbers: list[int], s: int, before: int,
+          b: int) -> int:
+    """Hold the stats lines starts[s:] that begin before `before`, raw; the index of the next."""
+    while s < len(starts) and starts[s] < before:
+        scanner.hold_stats(numbers[s], buf[starts[s]:buf.find(b"\n", starts[s], b)])
+        s += 1
+    return s
+
+
+class _LineCounter:
+    """Line numbers of positions met in increasing order, counting each stretch once."""
+
+    def __init__(self, buf: bytearray, start: int, lineno: int):
+        self.buf, self.pos, self.lineno = buf, start, lineno
+
+    def at(self, pos: int) -> int:
+        self.lineno += self.buf.count(b"\n", self.pos, pos)
+        self.pos = pos
+        return self.lineno
+
+
+def _positions(buf: bytearray, mark: bytes, a: int, b: int, n: int) -> list[int]:
+    out, at = [], a
+    for _ in range(n):
+        at = buf.find(mark, at, b)
+        out.append(at)
+        at += len(mark)
+    return out
+
+
+LEAF = 1024
+
+
+def odd_lines(buf: bytearray, a: int, b: int, lineno: int, lines: int) -> Iterator[tuple[int, int, bytearray]]:
+    """(position, line number, line) of each line in buf[a:b] without the access marker, in order.
+
+    buf[a:b] is whole lines and holds `lines` newlines. Halving with two counts per half finds a
+    lone stats line among a chunk's ~90 access lines with a few KiB of C-level counting instead
+    of a Python look at every line."""
+    if b - a > LEAF:
+        mid = buf.find(b"\n", (a + b) // 2, b - 1) + 1
+        if mid:
+            left = buf.count(b"\n", a, mid)
+            left_odd = left != buf.count(ACCESS_MARK, a, mid)
+            if left_odd:
+                yield from odd_lines(buf, a, mid, lineno, left)
+            right = lines - left
+            if not left_odd or right != buf.count(ACCESS_MARK, mid, b):
+                yield from odd_lines(buf, mid, b, lineno + left, right)
+            return
+    at = a
+    for i, raw in enumerate(buf[a:b].split(b"\n")[:-1]):
+        if ACCESS_MARK not in raw:
+            yield at, lineno + i, raw
+        at += len(raw) + 1

@@ -1,0 +1,402 @@
+"""The log reader's state machine: one line at a time in, evidence records out.
+
+Only lines that carry a known signature, a traceback frame or an exception become records.
+Multi-line records (tracebacks, failure messages wrapped over lines, memory_summary() tables)
+are gathered until they end; each failure record notes the lifecycle phase of its source at
+that line and how long the server had been up; a storm of the same error is counted into time
+buckets (repeats.py) instead of making a record per line. The methods under "the serving fast
+path" are what log_fast_path.py calls to count repetitive lines without feeding them one by one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Iterator
+
+from ..model import Evidence, Phase
+from ..units import whole
+from .base import InputFile, ParseContext
+from .kinds import Kind
+from .log_lifecycle import FAILURE_KINDS, advance_phase
+from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK, CHUNK_MARKS, EXCEPTION, FRAME,
+                           REQUEST_REJECTED, is_request_log, short_path)
+from .log_stats_window import RawStats, StatsWindow
+from .logline import LogLine, parse_line
+from .repeats import NoiseMarkers, RepeatBuckets, clock_key, family, traceback_family
+from .signatures import match_message, pool_detail
+from .torch_oom import is_complete, parse_torch_oom
+
+MAX_FRAMES = 80
+MAX_PIDS = 256                  # distinct server PIDs reported per log (a fleet log may interleave many)
+
+
+@dataclass
+class _Traceback:
+    frames: list[tuple] = field(default_factory=list)       # (file, line, function[, source line])
+    start_line: int = 0
+    open: bool = False
+    after_frame: bool = False        # the next line is the frame's source line, indented or not
+    after_quiet: bool = False        # the line before it made no record (uvicorn's "Exception in ASGI application")
+
+
+@dataclass
+class _Pending:
+    """A failure message that may continue on the next lines (wrapped pastes, SGLang detail)."""
+
+    kind: Kind
+    line: int
+    log: LogLine
+    text: str
+    fields: dict[str, Any]
+    budget: int = 6
+
+
+class LogScanner:
+    """Feeds on (line number, raw line) and yields evidence. One instance per input file."""
+
+    def __init__(self, src: InputFile, ctx: ParseContext):
+        self.src = src
+        self.ctx = ctx
+        self.phase = Phase.UNKNOWN
+        self.lifecycle_start: datetime | None = None
+        self.last_time: datetime | None = None
+        self.tracebacks: dict[Any, _Traceback] = {}
+        self.pending: _Pending | None = None
+        self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
+        self.records = 0
+        self.stats = StatsWindow(self._raw_stats_record)
+        self.repeats = RepeatBuckets(lambda text: parse_line(text, self.ctx.times).time)
+        self.line = ""                   # the line being fed: a repeated record's bucket is keyed by its time
+        self.chunk = CHUNK               # the serving fast path's chunk size (see MIN_CHUNK)
+        self.fed_records = 0             # records before the line being fed
+        self.fed_line = 0                # the line being fed
+        self.quiet_line = -1             # the last fed line that made no record
+        self.repeated_tb: int | None = None   # first line of a traceback just closed as a repeat (see learn_block)
+        self.noise = NoiseMarkers()
+        self.admissions = False          # an admission line was seen while serving: count them per chunk
+        self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
+
+    # -- public -------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        """Reading a multi-line record: every line counts until it ends."""
+        return self.pending is not None or self.summary is not None or bool(self.tracebacks)
+
+    def skippable(self, raw: bytes) -> bool:
+        """Cheap bytes-level test for the lines that dominate big logs and never matter once serving.
+
+        Access-log lines only tell us the server is serving (the first one is kept); request-log
+        lines carry user prompts, which must never be mistaken for the server's own errors.
+        """
+        if self.busy:
+            return False
+        if ACCESS_MARK in raw:
+            return self.phase is Phase.SERVING
+        return is_request_log(raw)
+
+    def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
+        self.line = raw
+        self.repeats.new_line()
+        if self.records == self.fed_records:
+            self.quiet_line = self.fed_line       # the line fed before this one made no record
+        self.fed_line, self.fed_records = lineno, self.records
+        log = parse_line(raw, self.ctx.times)
+        if log.time is not None:
+            self.last_time = log.time
+            if self.lifecycle_start is None:
+                self.lifecycle_start = log.time
+        msg = log.message
+        if log.pid is not None and log.pid not in self.pids and len(self.pids) < MAX_PIDS:
+            yield self._server_process(lineno, log)
+        stripped = msg.strip()
+        if self.summary is not None or "PyTorch CUDA memory summary" in msg:
+            if (yield from self._summary_line(lineno, log, raw.rstrip())):
+                return
+        if self.pending is not None:
+            done = yield from self._continue_pending(lineno, log, stripped)
+            if not done:
+                return
+        if not stripped:
+            return
+        key = log.pid or log.rank or 0
+        tb = self.tracebacks.get(key)
+
+        frame = FRAME.match(msg)
+        if frame:
+            if tb is None:
+                tb = self.tracebacks[key] = _Traceback()
+            if not tb.start_line:
+                tb.start_line = lineno
+            tb.open = True
+            tb.after_frame = True
+            if len(tb.frames) < MAX_FRAMES:
+                tb.frames.append((frame.group(1), whole(frame.group(2)), frame.group(3)))
+            return
+        if "Traceback (most recent call last)" in msg:
+            if tb is not None and tb.frames:
+                yield from self._close_traceback(key, lineno, None, log)
+            self.tracebacks[key] = _Traceback(start_line=lineno, open=True, after_quiet=self.quiet_line == lineno - 1)
+            tb = self.tracebacks[key]
+        if tb is not None and tb.open and tb.frames:
+            code_line = tb.after_frame and not EXCEPTION.match(stripped)
+            tb.after_frame = False
+            if code_line and len(tb.frames[-1]) == 3:
+                tb.frames[-1] = (*tb.frames[-1], stripped[:160])
+            if code_line or CARET.match(msg) or (log.indented and not EXCEPTION.match(stripped)) \
+                    or any(c in msg for c in CHAINED):
+                return  # source code / caret lines inside a traceback
+
+        if stripped.startswith(("vllm:", "DCGM_", "dcgm_")):
+            from .prometheus import sample_records
+
+            found = sample_records(self.src, self.ctx, stripped, lineno, log.time)
+            self.records += len(found)
+            yield from found
+            if found:
+                return
+        matches = match_message(msg)
+        exc = EXCEPTION.match(stripped)
+        if tb is not None and tb.open and (exc or matches) and tb.frames:
+            yield from self._close_traceback(key, lineno, exc, log, [k for k, _ in matches])
+        elif tb is not None and tb.open and tb.frames and not exc:
+            yield from self._close_traceback(key, lineno, None, log)
+
+        emitted = False
+        for kind, fields in matches:
+            if kind is Kind.REQUEST_SERVED:
+                # Only the request that shows the server serving is worth a record; count the rest.
+                before = self.phase
+                self._advance_phase(kind, fields, log.time)
+                if before is not Phase.SERVING and self.phase is Phase.SERVING:
+                    yield self._record(lineno, log.time, kind, stripped, dict(fields))
+                emitted = True
+                continue
+            if kind in (Kind.TORCH_OOM, Kind.KV_POOL_OOM) and not _complete(kind, fields):
+                self.pending = _Pending(kind, lineno, log, stripped, fields)
+                emitted = True
+                continue
+            yield from self._emit(lineno, log, kind, stripped, fields)
+            emitted = True
+        if exc and not emitted and exc.group("type") not in BENIGN_EXCEPTIONS and not REQUEST_REJECTED.search(stripped):
+            yield from self._emit(lineno, log, Kind.EXCEPTION, stripped,
+                                  {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
+
+    def finish(self) -> Iterator[Evidence]:
+        yield from self._finish_records()
+        self.repeats.close()
+        yield from self.stats.flush()
+
+    # -- the serving fast path: repetitive lines ------------------------------------------------
+    def skip_block(self, buf: bytearray, pos: int, lineno: int) -> tuple[int, int] | None:
+        """(position, line number) after a known repeated error block at buf[pos:], counted into
+        its buckets; None when none is there."""
+        size = self.repeats.skip_block(buf, pos, lineno, self.last_time)
+        return (pos + size, lineno + self.repeats.block.lines) if size and self.repeats.block else None
+
+    def learn_block(self, buf: bytearray, end: int, lineno: int) -> None:
+        """The line just fed (ending at buf[end]) closed a repeated traceback: when that line made
+        only repeated records, remember the traceback's bytes for skip_block — from the line
+        before it when that one made no record either (uvicorn's "Exception in ASGI application")."""
+        first, self.repeated_tb = self.repeated_tb, None
+        if first is None or self.busy or self.records - self.fed_records != self.repeats.started:
+            return
+        start = end
+        for _ in range(lineno - first + 1):       # back to the block's first line, within buf
+            start = buf.rfind(b"\n", 0, start - 1) + 1
+            if start <= 0:
+                return
+        self.repeats.learn_block(bytes(buf[start:end]), first, CHUNK_MARKS)
+
+    def blocks_in(self, buf: bytearray, a: int, b: int) -> int:
+        """How many times the known repeated block is in buf[a:b], when all of them can be counted
+        at once (0 otherwise)."""
+        block = self.repeats.block
+        if block is None or not block.countable:
+            return 0
+        n = buf.count(block.data, a, b)
+        if not n or any(m in block.data for m in self.noise.markers) or not self.repeats.block_fits(self.last_time):
+            return 0
+        return n
+
+    def admitted(self) -> bool:
+        """An admission line met while serving (says nothing new): from now on counted per chunk."""
+        self.admissions = True
+        return True
+
+    def hold_stats(self, lineno: int, raw: bytes | bytearray) -> None:
+        """A stats line met while serving, kept unparsed (counted now, parsed if still kept)."""
+        self.records += 1
+        self.stats.hold((lineno, bytes(raw), self.ctx.next_seq()))
+
+    def _raw_stats_record(self, item: RawStats) -> Evidence | None:
+        lineno, raw, seq = item
+        log = parse_line(raw.decode("utf-8", errors="replace"), self.ctx.times)
+        for kind, fields in match_message(log.message):
+            if kind is Kind.STATS:
+                fields = dict(fields)
+                if log.process:
+                    fields.setdefault("process", log.process)
+                if log.level:
+                    fields.setdefault("level", log.level)
+                return replace(self.ctx.evidence(self.src, lineno, kind, log.message.strip(), time=log.time, **fields),
+                               seq=seq)
+        return None
+
+    def repeated(self, lineno: int, raw: bytes | bytearray, fam: str) -> Iterator[Evidence]:
+        """A line of a repeated family met while serving (a preemption warning, a retraction):
+        counted into its open time bucket, or read in full (its record opens a new bucket)."""
+        if self.repeats.fits(fam, self.repeats.key(raw)):
+            self.repeats.add(fam, lineno, raw)
+            return
+        yield from self.feed(lineno, raw.decode("utf-8", errors="replace"))
+
+    def _finish_records(self) -> Iterator[Evidence]:
+        if self.summary is not None:
+            yield from self._summary_line(0, parse_line("", self.ctx.times), "")
+        if self.pending is not None:
+            p, self.pending = self.pending, None
+            yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
+        for key in list(self.tracebacks):
+            tb = self.tracebacks[key]
+            if tb.frames:
+                yield from self._close_traceback(key, None, None, None)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _server_process(self, lineno: int, log: LogLine) -> Evidence:
+        """The first line a server process wrote: its PID, role and a time it was already alive.
+
+        Recovery confirms a PID against this before signalling it: a process that started after
+        this line was written cannot be the one that wrote it (the PID was reused)."""
+        assert log.pid is not None
+        self.pids.add(log.pid)
+        role = log.process or "process"
+        fields = {"pid": log.pid, "role": role, "rank": log.rank}
+        return self._record(lineno, log.time, Kind.SERVER_PROCESS, f"{role} pid={log.pid}", fields)
+
+    def _summary_line(self, lineno: int, log: LogLine, msg: str) -> Iterator[Evidence]:
+        """Collect a memory_summary() table (about 40 '|' lines); True while the line was part of it."""
+        if self.summary is None:
+            self.summary = (lineno, [msg])
+            return True
+        start, lines = self.summary
+        # Table rows end with "|" (the CI-gutter envelope would eat their leading "| ").
+        if msg.endswith("|") and len(lines) < 80:
+            lines.append(msg)
+            return True
+        self.summary = None
+        from .memory_stats import parse_summary_lines
+
+        fields = parse_summary_lines(lines)
+        if fields:
+            yield self._record(start, log.time, Kind.MEMORY_STATS, "torch.cuda.memory_summary() table", fields)
+        return False
+
+    def _continue_pending(self, lineno: int, log: LogLine, stripped: str) -> Iterator[Evidence]:
+        """Join wrapped continuation lines of a failure message. Returns True when done."""
+        p = self.pending
+        assert p is not None
+        joined = f"{p.text} {stripped}"
+        if p.kind is Kind.TORCH_OOM:
+            fields = parse_torch_oom(joined)
+            grew = fields is not None and _filled(fields) > _filled(p.fields)
+        else:
+            detail = pool_detail(stripped)
+            fields = {**p.fields, **detail}
+            grew = bool(detail)
+        p.budget -= 1
+        if grew and fields is not None:
+            p.fields, p.text = fields, joined
+            if _complete(p.kind, fields) or p.budget <= 0:
+                self.pending = None
+                yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
+            return False
+        if stripped and p.budget > 0 and not FRAME.match(log.message) and p.kind is Kind.KV_POOL_OOM and not stripped.startswith(("terminate", "Fatal")):
+            return False  # SGLang prints its detail a line or two later
+        self.pending = None
+        yield from self._emit(p.line, p.log, p.kind, p.text, p.fields)
+        return True
+
+    def _close_traceback(self, key: Any, lineno: int | None, exc: re.Match[str] | None,
+                         log: LogLine | None, kinds: list[Kind] | None = None) -> Iterator[Evidence]:
+        tb = self.tracebacks.pop(key)
+        frames = tb.frames
+        if not frames:
+            return
+        fields = {
+            "frames": [list(f) for f in frames],
+            "rejected_request": bool(exc and REQUEST_REJECTED.search(exc.group(0))),
+            "exception": exc.group("type") if exc else None,
+            "message": ((exc.group("msg") or "")[:300]) if exc else None,
+            "failure_kinds": [k.value for k in (kinds or [])],
+            "process": log.process if log else None,
+        }
+        text = (f"Traceback ({len(frames)} frames, innermost {frames[-1][2]} in {short_path(frames[-1][0])})"
+                + (f" -> {exc.group('type')}" if exc else " (exception line not in the excerpt)"))
+        line = tb.start_line or lineno
+        fam = traceback_family(fields["exception"], fields["message"], kinds or [])
+        key = self._repeat_key() if fam is not None else None
+        if fam is not None and self.repeats.fits(fam, key):     # the same error's traceback again
+            self.repeats.add(fam, line, self.line.encode("utf-8", errors="replace"))
+            self.repeated_tb = line - 1 if tb.after_quiet else line
+            return
+        record = self._record(line, log.time if log else self.last_time, Kind.TRACEBACK, text, fields)
+        if fam is not None:
+            self.repeats.start(fam, key, record, line, self.line.encode("utf-8", errors="replace"))
+            self.repeated_tb = line - 1 if tb.after_quiet else line
+        yield record
+
+    def _emit(self, lineno: int, log: LogLine, kind: Kind, text: str, fields: dict[str, Any]) -> Iterator[Evidence]:
+        self._advance_phase(kind, fields, log.time)
+        fields = dict(fields)
+        if log.process:
+            fields.setdefault("process", log.process)
+        if log.level:
+            fields.setdefault("level", log.level)
+        fam = family(kind, fields, text)
+        key = self._repeat_key() if fam is not None else None
+        if fam is not None and self.repeats.fits(fam, key):     # one more of a storm: counted, no record
+            self.repeats.add(fam, lineno, self.line.encode("utf-8", errors="replace"))
+            return
+        record = self._record(lineno, log.time, kind, text, fields)
+        if kind is Kind.STATS:
+            self.stats.hold(record)
+            return
+        if kind in FAILURE_KINDS:
+            if fam is None:
+                self.repeats.close()        # a bucket of repeats does not run across another failure
+            yield from self.stats.flush()   # the load just before a failure is kept in full
+        if fam is not None:
+            self.repeats.start(fam, key, record, lineno, self.line.encode("utf-8", errors="replace"))
+        yield record
+
+    def _repeat_key(self) -> bytes | None:
+        """The time bucket of the line being fed: its own time, or its source's last one."""
+        return self.repeats.key(self.line[:64].encode("utf-8", errors="replace")) or \
+            clock_key(self.last_time, self.repeats.level)
+
+    def _record(self, lineno: int | None, time: datetime | None, kind: Kind, text: str,
+                fields: dict[str, Any]) -> Evidence:
+        if kind in FAILURE_KINDS:
+            fields["phase"] = self.phase.value
+            start = self.lifecycle_start
+            when = time or self.last_time
+            if start is not None and when is not None:
+                fields["uptime_s"] = max(0.0, (when - start).total_seconds())
+        self.records += 1
+        return self.ctx.evidence(self.src, lineno, kind, text, time=time, **fields)
+
+    def _advance_phase(self, kind: Kind, fields: dict[str, Any], time: datetime | None) -> None:
+        self.phase, self.lifecycle_start = advance_phase(self.phase, self.lifecycle_start, kind, fields, time)
+
+
+def _complete(kind: Kind, fields: dict[str, Any]) -> bool:
+    if kind is Kind.TORCH_OOM:
+        return is_complete(fields)
+    if fields.get("engine") != "sglang":
+        return True
+    return "evictable_tokens" in fields and ("free_tokens" in fields or "available_tokens" in fields)
+
+
+def _filled(fields: dict[str, Any]) -> int:
+    return sum(1 for v in fields.values() if v not in (None, [], ""))

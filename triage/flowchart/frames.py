@@ -1,0 +1,79 @@
+"""The stack-frame vocabulary of the lifecycle phases (triage/data/phase_frames.yaml), read once.
+
+Which function names only run while a server starts, which belong to its serving loop, and the
+narrower groups a cause or a recommendation reads (weight loading, CUDA-graph capture). The
+data file says why each group means what it means and where the names come from.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from ..classes import compiled
+
+Frame = tuple  # (path, line, function[, code]) as the log reader records a traceback frame
+
+
+class FrameDataError(ValueError):
+    """phase_frames.yaml breaks its own shape (a missing group, a name in two groups)."""
+
+
+class FrameVocabulary(NamedTuple):
+    startup: frozenset[str]                  # every start-up group together
+    groups: dict[str, frozenset[str]]        # the start-up groups by name
+    startup_substrings: tuple[str, ...]      # case-insensitive parts of start-up function names
+    startup_paths: tuple[str, ...]
+    constructors_under: tuple[str, ...]
+    constructor_files: tuple[str, ...]
+    idle_marker: str
+    idle_not_startup: frozenset[str]
+    runtime: frozenset[str]
+
+    def is_startup(self, frame: Frame) -> bool:
+        path, func = str(frame[0]).replace("\\", "/"), frame[2]
+        if func in self.startup or any(s in func.lower() for s in self.startup_substrings):
+            return True
+        if path.endswith(self.startup_paths):
+            return True
+        return func == "__init__" and (any(d in path for d in self.constructors_under)
+                                       or path.endswith(self.constructor_files))
+
+    def in_group(self, frame: Frame, group: str) -> bool:
+        return frame[2] in self.groups[group]
+
+    def loads_weights(self, frame: Frame) -> bool:
+        """A frame of vLLM's own weight loading, or of weight repacking."""
+        return self.in_group(frame, "weights") or any(s in frame[2].lower() for s in self.startup_substrings)
+
+
+@lru_cache(maxsize=1)
+def frames() -> FrameVocabulary:
+    return parse_vocabulary(compiled.load("phase_frames"))
+
+
+def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabulary:
+    try:
+        start, run = doc["startup"], doc["runtime"]
+        groups = {g: frozenset(entry["functions"]) for g, entry in start["groups"].items()}
+        for g, entry in start["groups"].items():
+            if not (entry.get("why") and entry.get("source")):
+                raise FrameDataError(f"{name}: startup.groups.{g}: needs a why and a source")
+        idle = start["idle_rank"]
+        vocabulary = FrameVocabulary(
+            startup=frozenset().union(*groups.values()), groups=groups,
+            startup_substrings=tuple(s.lower() for s in start.get("function_substrings") or ()),
+            startup_paths=tuple(start.get("paths") or ()), constructors_under=tuple(start["constructors_under"]),
+            constructor_files=tuple(start["constructor_files"]), idle_marker=str(idle["marker"]),
+            idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise FrameDataError(f"{name}: missing or malformed {exc}") from None
+    seen: dict[str, str] = {}
+    for g, names in groups.items():
+        for fn in names:
+            if fn in seen:
+                raise FrameDataError(f"{name}: {fn} is in both {seen[fn]} and {g}")
+            seen[fn] = g
+    both = vocabulary.startup & vocabulary.runtime
+    if both:
+        raise FrameDataError(f"{name}: {sorted(both)} in both startup and runtime")
+    return vocabulary
