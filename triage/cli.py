@@ -164,7 +164,9 @@ def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, e
 
         render_verdict(verdict, evidence, explain=explain)
     _warn(evidence.warnings)
-    sys.exit(int(ExitCode.UNKNOWN if verdict.oom_class.value == "unknown" else ExitCode.OK))
+    from .classes import registry
+
+    sys.exit(int(ExitCode.UNKNOWN if verdict.oom_class is registry().fallback.id else ExitCode.OK))
 
 
 def _classify_each(groups, paths: Sequence[str], *, as_json: bool, year: int | None, tz_name: str | None,

@@ -115,7 +115,10 @@ def exit_code(outcomes: Sequence[Outcome]) -> int:
     """0 every bundle got a verdict; 3 one is unknown or could not be read; 1 none could be read."""
     if not any(o.verdict is not None for o in outcomes):
         return int(ExitCode.BAD_INPUT)
-    if any(o.verdict is None or o.verdict.oom_class.value == "unknown" for o in outcomes):  # type: ignore[attr-defined]
+    from .classes import registry
+
+    undecided = registry().fallback.id
+    if any(o.verdict is None or o.verdict.oom_class is undecided for o in outcomes):  # type: ignore[attr-defined]
         return int(ExitCode.UNKNOWN)
     return int(ExitCode.OK)
 

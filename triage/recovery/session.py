@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..classes import registry
 from ..errors import BadInput, ExitCode, TriageError
 from ..model import EvidenceSet, Verdict
 from ..safedir import HeldDir
@@ -88,7 +89,7 @@ def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runboo
                           "(move it aside)")
     verdict, evidence = classify_paths([incident])
     name = runbook_name or verdict.runbook
-    if not name and verdict.oom_class.value == "no_oom":
+    if not name and verdict.oom_class is registry().healthy.id:
         raise NothingToRecover(incident, verdict)
     if not name:
         raise NoRunbook(f"{incident}: the verdict is {verdict.oom_class.value}; choose a runbook with --runbook "

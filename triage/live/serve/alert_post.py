@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...classes import registry
 from .alert_incident import Opened
 from .alert_journal import STATE_DIR
 from .alert_payload import Alert
@@ -48,7 +49,7 @@ def firing_message(opened: Opened) -> dict[str, Any]:
     lines = [f"[{cls}] {alert.name}{' on ' + where if where else ''} (firing since {alert.starts_at}): {v.summary}",
              f"confidence {conf:.2f}, from {basis}; incident bundle {opened.path}",
              f"next: `{commands[0]}` (dry run: a plan, nothing executed), `{commands[1]}`"]
-    if cls == "unknown" and v.attach:
+    if cls == registry().fallback.id.value and v.attach:
         lines.append(f"to settle it, attach: {v.attach[0]}")
     return {"schema": SCHEMA, "event": "firing", "text": "\n".join(lines),
             "alert": _alert(alert), "incident": str(opened.path), "incident_id": opened.path.name,

@@ -250,7 +250,7 @@ class Reading:
         return any(s.ok for server in self.servers for s in server.sources.values())
 
     def to_json(self) -> dict[str, Any]:
-        from ...recovery.audit import rfc3339
+        from ...timestamps import rfc3339
 
         gpus = self.gpu_map()
         return {"schema": SCHEMA, "time": rfc3339(self.time), "interval_s": self.interval_s,
