@@ -11,12 +11,15 @@ each engine's, launch_flags.yaml the versions).
 from __future__ import annotations
 
 import math
+import re
 import shlex
+from dataclasses import replace
+from functools import lru_cache
 from typing import Any, Callable
 
-from .classes import registry, settings
+from .classes import compiled, registry, settings
 from .classes.runbooks import runbook_for
-from .fit import gather
+from .fit import gather, model_config
 from .flowchart.causes import ACCOUNTING_DISCREPANCY, KNOWN_ENGINE_BUG, actual_usage, engine_budget
 from .flowchart.incident import Incident
 from .flowchart.knowledge import in_range
@@ -36,7 +39,7 @@ def advise(verdict: Verdict, incident: Incident) -> None:
     for cause, advice in CAUSE_ADVICE.items():
         if cause in causes:
             recs += advice(incident, verdict)
-    verdict.recommendations = _dedupe(recs)
+    verdict.recommendations = _within_engine(_dedupe(recs), incident)
     verdict.runbook = runbook_for(verdict.oom_class.value, causes)
     _attach_launch(verdict, incident)
 
@@ -94,6 +97,120 @@ CAUSE_ADVICE: dict[str, Callable[[Incident, Verdict], list[Recommendation]]] = {
     ACCOUNTING_DISCREPANCY.id: _discrepancy,
     KNOWN_ENGINE_BUG.id: _upgrade,
 }
+
+
+# --- the engine's own limits and defaults ----------------------------------------------------------
+
+# The model's maximum as vLLM states it: its refusal of a longer max_model_len ("the derived
+# max_model_len (max_position_embeddings=131072 ..."), or a model config it printed.
+_MODEL_MAX = re.compile(r"(?:derived[ _]max_model_len\W{0,3}(?:\(\s*)?(?:max_position_embeddings\W{1,3})?"
+                        r"|(?<![A-Za-z_])max_position_embeddings\W{1,3})(\d{3,9})\b")
+# rope_scaling types whose factor vLLM does not multiply into the derived maximum
+# (vllm/config/model.py, _get_and_verify_max_len, v0.11.0).
+_UNSCALED_ROPE = frozenset({"su", "longrope", "llama3", "default", "mrope"})
+
+
+def _within_engine(recs: list[Recommendation], incident: Incident) -> list[Recommendation]:
+    """Each change checked against the engine version's own limits and behaviour: a max_model_len
+    above the model's maximum is capped there (or dropped when that is the current value), and a
+    change to what the engine already does for this version is dropped."""
+    out = []
+    for rec in recs:
+        if _already_so(rec, incident):
+            continue
+        if rec.setting == "max_model_len" and not rec.manual:
+            rec = _capped_len(rec, incident)
+            if rec is None:
+                continue
+        out.append(rec)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _behaviour() -> dict[str, dict[str, dict[str, Any]]]:
+    doc = compiled.load("engine_settings") or {}
+    return {engine: dict(table.get("behaviour") or {}) for engine, table in doc.items() if isinstance(table, dict)}
+
+
+def engine_behaviour(engine: str, version: str | None, setting: str) -> dict[str, Any] | None:
+    """The engine's fixed behaviour for `setting` at `version` (engine_settings.yaml), or None."""
+    entry = _behaviour().get(engine, {}).get(setting)
+    if not isinstance(entry, dict) or version is None or not in_range(version, str(entry.get("versions", ""))):
+        return None
+    return entry
+
+
+def _already_so(rec: Recommendation, incident: Incident) -> bool:
+    if rec.to_value is None or rec.manual or rec.env:
+        return False
+    entry = engine_behaviour(incident.engine, incident.version, rec.setting)
+    return entry is not None and entry.get("value") == rec.to_value
+
+
+def model_max_len(incident: Incident) -> tuple[int, str] | None:
+    """The longest max_model_len the engine accepts for this model, as the evidence states it, and
+    where: the engine's own statement (a refusal or a printed config), the model's config.json when
+    the launch's model argument is a folder here, or the engine config's max_seq_len when the
+    operator did not set max_model_len (the engine then uses the model's maximum)."""
+    for rec in incident.ev.items:
+        for text in (rec.text, rec.fields.get("message")):
+            m = _MODEL_MAX.search(text) if isinstance(text, str) and "max_" in text else None
+            if m:
+                return int(m.group(1)), rec.where
+    model = incident.arg("model", "model_path", "model_id")
+    shape = model_config(model if isinstance(model, str) else None)
+    if shape is not None and shape.max_position:
+        limit, where = int(shape.max_position), f"{model}/config.json max_position_embeddings"
+        rope = _rope_scaling(model)
+        if rope and str(rope.get("rope_type") or rope.get("type") or "") not in _UNSCALED_ROPE:
+            factor = settings.as_float(rope.get("factor"))
+            if factor and factor > 1:
+                limit, where = int(limit * factor), where + f" x rope_scaling factor {factor:g}"
+        return limit, where
+    # Only where a record that lists what the operator set (the command line, vLLM's non-default
+    # args) shows max_model_len was not set, and no other dump gives it a value.
+    listed = [r.fields["args"] for r in incident.launch if isinstance(r.fields.get("args"), dict)
+              and r.fields.get("origin") in ("command line", "non-default args")]
+    others = [r.fields["args"] for r in incident.launch if isinstance(r.fields.get("args"), dict)
+              and r.fields.get("origin") != "engine config"]
+    unset = bool(listed) and not any(a.get(k) not in (None, "None") for a in others
+                                     for k in ("max_model_len", "max_seq_len"))
+    if unset and incident.engine == "vllm":
+        for rec in incident.launch:
+            args = rec.fields.get("args")
+            if rec.fields.get("origin") == "engine config" and isinstance(args, dict):
+                value = settings.as_whole(args.get("max_seq_len") or args.get("max_model_len"))
+                if value:
+                    return value, f"{rec.where} (max_seq_len, the model's own maximum: max_model_len was not set)"
+    return None
+
+
+def _rope_scaling(model: str) -> dict[str, Any] | None:
+    from .memory.config import local_config
+
+    path = local_config(model)
+    try:
+        import json
+
+        raw = json.loads(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    rope = raw.get("rope_scaling") if isinstance(raw, dict) else None
+    return rope if isinstance(rope, dict) else None
+
+
+def _capped_len(rec: Recommendation, incident: Incident) -> Recommendation | None:
+    to = settings.as_whole(rec.to_value)
+    found = model_max_len(incident) if to is not None else None
+    if found is None or to <= found[0]:
+        return rec
+    limit, where = found
+    cur = settings.as_whole(rec.from_value)
+    if cur is not None and cur <= limit:
+        return None     # the cap is where it already is (or below): no change to make
+    refuses = (" (vLLM refuses a longer one unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and positions past it are "
+               "outside what the model was trained on)") if incident.engine == "vllm" else ""
+    return replace(rec, to_value=limit, why=f"{rec.why}; capped at the model's maximum, {limit} ({where}){refuses}")
 
 
 # --- command line ----------------------------------------------------------------------------

@@ -6,14 +6,16 @@ data knows (vLLM stats and offline progress, SGLang batch lines, TGI shards and 
 and TensorRT-LLM sizing and stats, llama.cpp/Ollama loading and slots), busy or not: a KV cache at
 95% with a queue that never failed is a busy server, not an incident.
 **Not to be confused with**: an excerpt with nothing recognisable at all — that is `unknown`,
-since the failure may simply not be in it.
+since the failure may simply not be in it. Nor with an input that was cut short or could not be
+read (a `.gz` whose stream ends early, an archive member cut off, a file refused as damaged):
+what is missing is often the end, where the failure is, so it is `unknown`, naming the file.
 """
 from __future__ import annotations
 
 from ..evidence.kinds import HEALTHY_KINDS, Kind
 from ..flowchart import confidence as conf
 from ..flowchart.context import Context
-from ..model import OomClass
+from ..model import Evidence, OomClass, SourceInfo
 from .base import Assessment, Branch, ClassSpec
 
 SPEC = ClassSpec(id=OomClass.NO_OOM, label="no OOM found", short_label="healthy", colour="green",
@@ -22,9 +24,44 @@ QUESTION = "Does the evidence show a working server?"
 _HEALTHY = frozenset(k.value for k in HEALTHY_KINDS)
 
 
+# Inputs whose error says nothing about the incident's evidence (the bundle's own metadata).
+_METADATA_KINDS = frozenset({"incident"})
+
+
+def cut_inputs(ctx: Context) -> list[tuple[SourceInfo, Evidence | None]]:
+    """Inputs cut short or not readable (whole or in part), each with the last record read from
+    it (None when nothing was): the evidence may lack what came after."""
+    out = []
+    for src in ctx.ev.sources:
+        if src.error is None or src.kind in _METADATA_KINDS:
+            continue
+        own = [e for e in ctx.ev.items if e.source == src.path and e.line]
+        out.append((src, max(own, key=lambda e: e.line) if own else None))
+    return out
+
+
+def describe_cut(src: SourceInfo, last: Evidence | None) -> str:
+    """What is missing from one damaged input, for the attach list."""
+    if src.records and last is not None:
+        read = (f"the last record read from it is line {last.line} ({src.records} records); "
+                "whatever came after the cut is missing")
+    elif src.records:
+        read = f"{src.records} records read; the rest is missing"
+    else:
+        read = "nothing usable was read from it"
+    return f"{src.path} complete and uncut — it was cut short or unreadable ({src.error}): {read}"
+
+
 def assess(ctx: Context) -> Assessment:
     if ctx.any_failure:
         return Assessment(SPEC.id, conf.NONE, "", "a failure is in the evidence")
+    cut = cut_inputs(ctx)
+    if cut:
+        names = ", ".join(src.path for src, _ in cut)
+        why = (f"cannot tell: {names} {'was' if len(cut) == 1 else 'were'} cut short or unreadable, "
+               "and the failure may be in what is missing")
+        return Assessment(SPEC.id, conf.NONE, "", why, [last for _, last in cut if last is not None],
+                          attach=[describe_cut(src, last) for src, last in cut])
     healthy = [e for e in ctx.ev if e.kind in _HEALTHY]
     if not healthy:
         return Assessment(SPEC.id, conf.NONE, "", "nothing recognisable in the evidence")
