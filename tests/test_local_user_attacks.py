@@ -51,7 +51,7 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="another user's files and pr
 
 def triage(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "triage", *args], stdin=subprocess.DEVNULL, capture_output=True,
-                          text=True, env=env or dict(os.environ), timeout=timeout, cwd=tempfile.gettempdir())
+                          text=True, env=env or dict(os.environ), timeout=timeout, cwd="/")
 
 
 def lock_env(tmp_path: Path) -> dict[str, str]:
