@@ -16,8 +16,13 @@ from datetime import datetime
 from ..timeref import TimeReference, parse_iso
 from ..units import whole
 
-# Real ESC sequences, and the caret notation ("^[[0;36m") that survives copy-paste.
-ANSI_RE = re.compile(r"(?:\x1b|\^\[)\[[0-9;]*[A-Za-z]")
+# Real ESC sequences, the caret notation ("^[[0;36m") that survives copy-paste, and the escaped
+# spellings other log paths leave: rsyslog writes control characters as "#NNN" in octal ("#033[0;36m",
+# "#011" for a tab, "#015" for a carriage return), and JSON or Python reprs keep "\x1b[", "\u001b[",
+# "\033[" or "\e[" as text.
+ANSI_RE = re.compile(r"(?:\x1b|\^\[|#033|\\x1b|\\u001b|\\033|\\e)\[[0-9;]*[A-Za-z]")
+_SYSLOG_CONTROL_RE = re.compile(r"#0(?:11|15)(?!\d)")
+_ANSI_HINTS = ("\x1b", "^[", "#033[", "\\x1b[", "\\u001b[", "\\033[", "\\e[")
 
 _ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
 
@@ -84,8 +89,11 @@ class LogLine:
 
 
 def strip_ansi(text: str) -> str:
-    if "\x1b" in text or "^[" in text:
-        return ANSI_RE.sub("", text)
+    if any(h in text for h in _ANSI_HINTS):
+        text = ANSI_RE.sub("", text)
+    if "#01" in text:
+        # rsyslog's escaped tab / carriage return: a tab becomes a space, a carriage return goes.
+        text = _SYSLOG_CONTROL_RE.sub(lambda m: " " if m.group(0) == "#011" else "", text)
     return text
 
 

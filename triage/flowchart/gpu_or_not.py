@@ -53,7 +53,7 @@ def assess(ctx: Context) -> GpuAnswer:
             why += (f"; also seen: {_label(roots[0])} at {roots[0].where}, not shown to come before it "
                     "(check it separately)")
         return GpuAnswer("yes", why, gpu[:3] + roots[:2])
-    if not_gpu:
+    if not_gpu and not (all(e.kind in _CONSEQUENCES for e in not_gpu) and _unmatched_memory_words(ctx)):
         return GpuAnswer("no", f"{_label(not_gpu[0])}, and no GPU out-of-memory message anywhere",
                          not_gpu[:4])
     if not ctx.other_failures:
@@ -115,6 +115,18 @@ def _derived_kv_failure(ctx: Context) -> Evidence | None:
 
     cause = kv_cache_blowout(ctx)
     return cause.evidence[0] if cause and cause.evidence else None
+
+
+# Memory-exhaustion wording in a failure record that no signature read as an OOM. A crash,
+# abort, assertion or CUDA error is usually the teardown after the failure that caused it
+# (ggml aborts after a failed allocation, Go runners SIGABRT after a CUDA error): when such
+# wording sits beside it, the crash does not show that memory was not the cause.
+_MEMORY_WORDS = re.compile(r"out of (?:device )?memory|OutOfMemory|OUT_OF_(?:DEVICE_)?MEMORY|[Ii]nsufficient memory"
+                           r"|failed to allocate|[Aa]llocation (?:of [^\n]{0,60})?failed")
+
+
+def _unmatched_memory_words(ctx: Context) -> bool:
+    return any(_MEMORY_WORDS.search(e.text or "") for e in ctx.ev if e.kind not in _CONSEQUENCES)
 
 
 def _is_root_cause(e: Evidence) -> bool:
