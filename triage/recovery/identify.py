@@ -140,7 +140,7 @@ def scope_to_verdict(candidates: list[Candidate], verdict: Verdict, evidence: Ev
     When the failure the verdict cites is in no server log (dmesg, pod status, a scrape), a bundle
     whose PIDs all come from one log keeps them: there is no other server's log to mix up."""
     named = [c for c in candidates if not c.weak]
-    files = {_file(c) for c in named}
+    files = {source_file(c) for c in named}
     failing = cited_files(verdict)
     if failing & files:
         cited = failing & files
@@ -148,13 +148,13 @@ def scope_to_verdict(candidates: list[Candidate], verdict: Verdict, evidence: Ev
         cited = set()                  # the failing server's log names no PID: the others are other servers'
     else:
         cited = files if len(files) <= 1 else set()
-    keep = [c for c in candidates if c.weak or _file(c) in cited]
+    keep = [c for c in candidates if c.weak or source_file(c) in cited]
     kept = {c.pid for c in keep if not c.weak}
     refused: dict[int, Refusal] = {}
     for cand in named:
         if cand.pid in kept or cand.pid in refused or read_proc(cand.pid) is None:
             continue                   # named by the failing log too, refused already, or gone
-        where = ", ".join(sorted({_file(c) for c in named if c.pid == cand.pid}))
+        where = ", ".join(sorted({source_file(c) for c in named if c.pid == cand.pid}))
         why = (f"seen only in {where}, which the verdict does not cite" if failing & (files | _server_logs(evidence))
                else f"seen only in {where}; the verdict cites none of the {len(files)} logs that name PIDs")
         refused[cand.pid] = Refusal(cand.pid, cand.role, cand.source,
@@ -168,7 +168,8 @@ def _server_logs(evidence: EvidenceSet) -> set[str]:
     return {e.source for e in evidence.of(*SERVER_LOG_KINDS)}
 
 
-def _file(cand: Candidate) -> str:
+def source_file(cand: Candidate) -> str:
+    """The file a candidate was read from (`logs/vllm.log` of `logs/vllm.log:12`)."""
     return cand.source.rsplit(":", 1)[0] if cand.source.rsplit(":", 1)[-1].isdigit() else cand.source
 
 
@@ -178,7 +179,7 @@ def _note_future(cands: list[Candidate], notes: list[str]) -> None:
     ahead: dict[str, datetime] = {}
     for c in cands:
         if c.seen_at is not None and in_future(c.seen_at, now):
-            ahead[_file(c)] = max(c.seen_at, ahead.get(_file(c), c.seen_at))
+            ahead[source_file(c)] = max(c.seen_at, ahead.get(source_file(c), c.seen_at))
     for name, latest in sorted(ahead.items()):
         notes.append(future_warning(name, latest, now=now) + " Its sightings confirm no process: give --pid")
 
@@ -337,7 +338,7 @@ def _owner_problem(cand: Candidate, info: ProcInfo) -> str | None:
     if cand.owners is None or info.uid in cand.owners:
         return None
     owners = ", ".join(f"uid {u}" for u in sorted(cand.owners))
-    return (f"it runs as uid {info.uid}, and {_file(cand)} (or the incident directory holding it) belongs to "
+    return (f"it runs as uid {info.uid}, and {source_file(cand)} (or the incident directory holding it) belongs to "
             f"{owners}: a log may only name its owner's processes; give --pid if it is this one")
 
 
@@ -370,4 +371,4 @@ def _started(cand: Candidate, info: ProcInfo) -> str:
 
 
 __all__ = ["Candidate", "FAILURE_KINDS", "Identification", "Refusal", "ServerProcess", "candidates_from_evidence",
-           "cited_files", "identify", "scope_to_verdict", "server_url", "still_same"]
+           "cited_files", "identify", "scope_to_verdict", "server_url", "source_file", "still_same"]

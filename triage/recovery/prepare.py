@@ -35,7 +35,7 @@ from ..redact import MASK as MASK_MARK
 from .context import BUNDLE, FLAG, LIVE, LaunchSpec, Prepared
 from ..classes import registry
 from .identify import (Candidate, Identification, ServerProcess, candidates_from_evidence, identify,
-                       scope_to_verdict, server_url)
+                       scope_to_verdict, server_url, source_file)
 from .privileges import identity_without_server, read_creds, server_identity
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -112,7 +112,7 @@ def with_log_owners(cands: list[Candidate], incident: Path) -> list[Candidate]:
         if not cand.from_log:
             out.append(cand)
             continue
-        name = cand.source.rsplit(":", 1)[0] if cand.source.rsplit(":", 1)[-1].isdigit() else cand.source
+        name = source_file(cand)
         owners: set[int] | None = set(dir_owner)
         for path in (incident / name, Path(name)):
             try:
