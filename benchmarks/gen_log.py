@@ -2,6 +2,7 @@
 """Write a large, realistic, deterministic vLLM server log for the benchmarks.
 
     python benchmarks/gen_log.py OUT --size 1G [--seed N] [--ansi] [--no-cr]
+    python benchmarks/gen_log.py OUT --size 40M --shape vllm-debug   (other shapes: gen_shapes.py)
 
 The log imitates vLLM 0.11 (V1 engine) serving Llama-3.1-8B on one 80 GB H100 behind
 uvicorn: a start-up block, hours of access-log lines with a stats line every 10 s of log
@@ -472,6 +473,8 @@ def _write(f: BinaryIO, data: bytes) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import gen_shapes
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="file to write")
     ap.add_argument("--size", type=parse_size, default=parse_size("100M"),
@@ -481,10 +484,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="colour the process prefixes as vLLM 0.11 does even off a TTY")
     ap.add_argument("--no-cr", dest="cr", action="store_false",
                     help="join multi-line records with LF only (vLLM writes CR LF)")
+    ap.add_argument("--shape", choices=("access", *gen_shapes.SHAPES), default="access",
+                    help="the access log above (default), or a shape of gen_shapes.py")
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    n = generate(args.out, args.size, args.seed, ansi=args.ansi, cr=args.cr)
+    if args.shape == "access":
+        n = generate(args.out, args.size, args.seed, ansi=args.ansi, cr=args.cr)
+    else:
+        n = gen_shapes.generate(args.out, args.size, args.seed, args.shape)
     dt = time.perf_counter() - t0
     print(f"wrote {args.out} ({n:,} bytes) in {dt:.1f} s ({n / dt / 1e6:.0f} MB/s)", file=sys.stderr)
     return 0

@@ -1,6 +1,7 @@
 """Shared fixtures: paths to the bundled samples and corpus, and a CLI runner."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,34 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", help="rewrite golden files instead of comparing")
+
+
+# The monitoring tools some tests drive for real (deploy/ rules, classify --prometheus, serve behind
+# Alertmanager). Without them those tests skip; the summary says so in one line, with the fix.
+MONITORING_TOOLS = ("prometheus", "promtool", "prometheus-alertmanager")
+_TOOL_WORDS = ("prometheus", "promtool", "alertmanager")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if any(w in _skip_reason(r).lower() for w in _TOOL_WORDS)]
+    if not skipped:
+        return
+    missing = [t for t in MONITORING_TOOLS if shutil.which(t) is None] or list(MONITORING_TOOLS)
+    terminalreporter.write_line(
+        f"{len(skipped)} test{'s were' if len(skipped) != 1 else ' was'} skipped: {_and(missing)} "
+        f"{'is' if len(missing) == 1 else 'are'} not installed; `.ci/run` installs them and runs the suite "
+        "(or: sudo apt-get install prometheus prometheus-alertmanager)",
+        yellow=True)
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _skip_reason(report) -> str:
+    longrepr = getattr(report, "longrepr", None)
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
 
 
 @pytest.fixture(autouse=True)

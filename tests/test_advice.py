@@ -27,32 +27,44 @@ def verdict_for(tmp_path, text: str):
     return classify_paths([str(log)])[0]
 
 
+V0_POOL_SHORT = ('ERROR 10-17 14:47:01 engine.py:157] ValueError(\'No usable cache memory left\')\n'
+                 'ERROR 10-17 14:47:01 engine.py:157]     raise ValueError("No usable cache memory left")')
+V1_POOL_SHORT = "ERROR 10-17 14:47:01 [core.py:710] ValueError: Cannot get 38 free blocks from the pool"
+
+
 def test_prefix_caching_off_on_old_vllm_drops_the_flag(tmp_path):
     text = ("$ vllm serve meta-llama/Llama-3.1-70B --tensor-parallel-size 8 --enable-prefix-caching --max-num-seqs 4096\n"
-            "INFO 10-17 14:00:00 api_server.py:1] vLLM API server version 0.6.0\n" + PREFIX_STATS_V0 + "\n" + OOM)
+            "INFO 10-17 14:00:00 api_server.py:1] vLLM API server version 0.6.0\n" + PREFIX_STATS_V0 + "\n" + V0_POOL_SHORT)
     v = verdict_for(tmp_path, text)
     assert v.oom_class.value == "prefix_cache"
-    assert {c.id for c in v.causes} >= {"prefix_cache_pressure", "known_engine_bug"}
+    assert "prefix_cache_pressure" in {c.id for c in v.causes}
     argv = shlex.split(v.command)
     assert "--enable-prefix-caching" not in argv and "--no-enable-prefix-caching" not in argv
     assert argv[argv.index("--tensor-parallel-size") + 1] == "8"        # untouched settings stay
-    # Sized from the evidence, not halved: 4000 running at 94.6% KV usage -> 4000 x 0.80/0.946 = 3382.7.
-    assert argv[argv.index("--max-num-seqs") + 1] == "3382"
-    seqs = next(r for r in v.recommendations if r.setting == "max_num_seqs")
-    assert seqs.basis == "incident" and "4000 running at 94.6% KV-cache usage" in seqs.why \
-        and "(4000 x 0.80/0.946)" in seqs.why
-    upgrade = [r for r in v.recommendations if r.setting == "engine_version"]
-    assert upgrade and upgrade[0].to_value == "0.6.2" and upgrade[0].basis == "knowledge_base"
+    assert argv[argv.index("--max-num-seqs") + 1] == "4096"             # a full KV cache is not what failed
+    # The 0.6.0 prefix-cache leak is known from a write-up only: named as unconfirmed, no upgrade advised.
+    bug = next(c for c in v.causes if c.id == "known_engine_bug")
+    assert "unconfirmed upstream" in bug.title
+    assert not [r for r in v.recommendations if r.setting == "engine_version"]
 
 
 def test_prefix_caching_off_on_new_vllm_uses_the_no_flag(tmp_path):
     text = ("$ vllm serve Qwen/Qwen2.5-7B --enable-prefix-caching\n"
-            "INFO 10-17 14:00:00 [api_server.py:1] vLLM API server version 0.8.5\n" + PREFIX_STATS_V0 + "\n" + OOM)
+            "INFO 10-17 14:00:00 [api_server.py:1] vLLM API server version 0.8.5\n" + V1_POOL_SHORT)
     v = verdict_for(tmp_path, text)
+    assert v.oom_class.value == "prefix_cache"
     assert "--no-enable-prefix-caching" in shlex.split(v.command)
 
 
-def test_burst_caps_use_the_observed_concurrency_and_the_gpu_size(tmp_path):
+def test_a_low_hit_rate_with_load_is_a_burst_whose_advice_is_not_the_cache(tmp_path):
+    text = ("$ vllm serve Qwen/Qwen2.5-7B --enable-prefix-caching\n"
+            "INFO 10-17 14:00:00 [api_server.py:1] vLLM API server version 0.8.5\n" + PREFIX_STATS_V0 + "\n" + OOM)
+    v = verdict_for(tmp_path, text)
+    assert v.oom_class.value == "burst"
+    assert "enable_prefix_caching" not in {r.setting for r in v.recommendations}
+
+
+def test_burst_advice_is_not_a_concurrency_cap_from_the_kv_fill(tmp_path):
     stats = "\n".join(
         f"INFO 10-17 12:00:{s:02d} metrics.py:349] Avg prompt throughput: 9000.0 tokens/s, Avg generation throughput: "
         f"100.0 tokens/s, Running: 48 reqs, Swapped: 0 reqs, Pending: {s * 2} reqs, GPU KV cache usage: {95 + s / 10:.1f}%, "
@@ -60,16 +72,13 @@ def test_burst_caps_use_the_observed_concurrency_and_the_gpu_size(tmp_path):
     v = verdict_for(tmp_path, "$ vllm serve m --max-num-batched-tokens 65536\n" + stats + "\n" + OOM)
     assert v.oom_class.value == "burst"
     recs = {r.setting: r for r in v.recommendations}
-    # 48 running with the cache 99.5% full (the fullest of the last readings) -> 48 x 0.80/0.995 = 38.6
-    assert recs["max_num_seqs"].to_value == 38 and recs["max_num_seqs"].basis == "incident"
-    assert "48 x 0.80/0.995" in recs["max_num_seqs"].why
-    assert recs["max_num_batched_tokens"].to_value == 16384 and recs["max_num_batched_tokens"].basis == "rule_of_thumb"
-    # Never a "cap" above what is in force or what failed.
-    unknown = verdict_for(tmp_path, stats + "\n" + OOM)
-    assert "max_num_batched_tokens" not in {r.setting for r in unknown.recommendations}
-    few = verdict_for(tmp_path, stats.replace("Running: 48", "Running: 5") + "\n" + OOM)
-    seqs = [r.to_value for r in few.recommendations if r.setting == "max_num_seqs"]
-    assert seqs == [] or seqs[0] < 5
+    # The KV cache is allocated up front: 99.5% full means waiting and preemption, not this OOM.
+    assert "max_num_seqs" not in recs
+    # No frame says what grew, so only the budget: 1.20 GiB tried with 412 MiB free is 0.80 GiB short;
+    # with 2% of the 79.15 GiB card, 0.9 (vLLM's default) - 2.38/79.15 = 0.8699, down to 0.86.
+    util = recs["gpu_memory_utilization"]
+    assert (util.from_value, util.to_value) == (0.9, 0.86) and "the engine's default" in util.why
+    assert "max_num_batched_tokens" not in recs      # no frame ties the failure to a step's tokens
 
 
 def test_fragmentation_recommends_expandable_segments_as_env(tmp_path):

@@ -249,9 +249,12 @@ def test_a_burst_that_fills_the_kv_cache_is_tight_with_its_n_x_l_and_a_cap():
 def test_no_headroom_outside_the_budget_fails_under_a_burst():
     code, doc = plan_json(*BURST)           # the burst sample's own flags: gpu_memory_utilization 0.95
     assert code == 4 and doc["verdict"]["result"] == "will_fail_under_burst"
-    assert "util_no_headroom" in doc["verdict"]["reasons"][0]
-    util = next(r for r in doc["recommendations"] if r["setting"] == "gpu_memory_utilization")
-    assert util["from"] == 0.95 and util["to"] < 0.95 and f"--gpu-memory-utilization {util['to']:g}" in doc["command"]
+    assert doc["verdict"]["reasons"][0].startswith("burst OOM likelihood high: card 79.35 GiB - budget 75.38 GiB")
+    assert doc["verdict"]["burst_likelihood"] == "high"
+    [fix] = [r for r in doc["recommendations"] if r["setting"] in ("gpu_memory_utilization", "max_num_batched_tokens")]
+    assert fix["to"] < fix["from"] and "burst OOM likelihood" in fix["why"]
+    flag = "--" + fix["setting"].replace("_", "-")
+    assert f"{flag} {fix['to']:g}" in doc["command"]
 
 
 def test_another_tenant_on_the_gpu_fails_vllm_v1s_free_memory_check():
@@ -309,7 +312,34 @@ def test_gpu_names_and_sizes():
     assert resolve("a100-80gb").name == resolve("A100").name == "A100-80GB"
     assert resolve("NVIDIA H100").name == "H100" and resolve("l4").memory == int(22.05 * GiB)
     assert resolve("85899345920").memory == 80 * GiB and resolve("80GiB").memory == 80 * GiB
-    assert all(g.estimated == ("printed it" not in g.source) for g in table())
+    assert all(g.estimated == ("estimated:" in g.source) for g in table())
+
+
+REQUIRED_CARDS = ["A10", "A10G", "A30", "A40", "A100-40GB", "A100-80GB", "A800", "L4", "L20", "L40", "L40S", "H20",
+                  "H100 PCIe", "H100", "H100 NVL", "H200", "B200", "GB200", "MI250", "MI300X", "T4", "V100-16GB",
+                  "V100-32GB", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A6000", "RTX 6000 Ada"]
+
+
+def test_the_gpu_table_covers_the_cards_people_run_each_with_its_source():
+    names = {g.name: g for g in table()}
+    assert set(REQUIRED_CARDS) <= set(names)
+    for g in names.values():
+        assert g.source.startswith("gpus.yaml, ") and ("as printed in" in g.source or "estimated:" in g.source)
+        assert g.class_gb is not None and g.memory < g.class_gb * GiB      # below the size it is sold as
+    assert names["H100"].memory == int(79.18 * GiB) and names["H100"].smi_mib == 81559
+
+
+def test_l40_is_not_l40s_and_80gb_is_the_card_class_with_a_note():
+    assert resolve("L40").name == "L40" and resolve("l40s").name == "L40S"
+    assert resolve("NVIDIA GeForce RTX 4090").name == "RTX 4090"
+    card = resolve("80GB")
+    assert card.class_gb == 80 and card.memory < 80 * GiB and card.memory != int(80e9)
+    assert "80 GB card class" in card.note and "not 80e9 bytes" in card.note
+    assert resolve("80GiB").memory == 80 * GiB and "80.00 GiB" in resolve("80GiB").note
+    with pytest.raises(Exception, match="no card of the table is sold as 77 GB"):
+        resolve("77GB")
+    _, doc = plan_json(*LLAMA8, "--gpu", "80GB", "--max-model-len", "8192")
+    assert doc["gpu"]["note"].startswith("--gpu 80GB read as the 80 GB card class")
 
 
 # --- the command line ---------------------------------------------------------------------------------

@@ -219,13 +219,15 @@ def test_burst_relaunches_with_capped_concurrency_and_takes_the_same_spike(start
     pid, url = new_server(live.incident)
     after = cmdline(pid)
     changed = {k for k in set(flags(before)) | set(flags(after)) if flags(before).get(k) != flags(after).get(k)}
-    assert changed <= {"--max-num-seqs", "--max-num-batched-tokens"} and "--max-num-seqs" in changed
+    # the sampler failed on a crowded step: fewer sequences per step, and the budget cut by the shortfall
+    assert changed <= {"--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization"} \
+        and "--max-num-seqs" in changed
     assert int(flags(after)["--max-num-seqs"]) <= 8 and int(flags(after)["--max-num-batched-tokens"]) <= 8192
     assert concurrently(url, 12, "c", 3200, 5) == [200] * 12
     recs = records(live.incident)
     stop = next(r for r in recs if r["step"] == "stop" and r["phase"] == "start")
     assert {p["pid"] for p in stop["args"]["pids"]} == {api}
-    assert ends(live.incident)["shed-load"] == "ok"            # the manual step, acknowledged by --yes
+    assert ends(live.incident)["shed-load"] == "handed"        # the manual step: --yes hands it to a person
     audit_ok(live.incident, env)
 
 
@@ -240,6 +242,72 @@ def test_chronic_relaunches_with_expandable_segments(start, env):
     assert b"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in environ
     assert all(complete(url, words(50, f"f{i}"), 2) == 200 for i in range(sent + 5))
     audit_ok(live.incident, env)
+
+
+def test_a_server_that_logs_to_a_file_is_found_when_relaunched(start, env, tmp_path):
+    """`--log FILE` (a real server run with `> server.log`): the relaunched server prints no
+    serving line on its own output; recovery finds it through the log file its command line names."""
+    log = tmp_path / "INC" / "logs" / "vllm.log"
+    live = start("--scenario", "chronic", "--log", str(log))
+    until_failure(live.url, lambda i: f"request {i} " + words(50, f"r{i}"), 2, 40)
+
+    began = time.monotonic()
+    done = recover(live.incident, env, "--execute", "--yes", *SHORT)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - began < 90           # not the relaunch step's 900 s timeout
+    relaunch = next(r for r in records(live.incident) if r["step"] == "relaunch" and r["phase"] == "end")
+    assert relaunch["result"] == "ok"
+    assert f"from its log, {log}" in relaunch["output_tail"]
+    assert "Starting vLLM API server" not in next((live.incident / "recovery").glob("relaunch-*.log")).read_text()
+    pid, url = new_server(live.incident)
+    assert cmdline(pid)[-2:] == ["--log", str(log)] and complete(url, "found by its log", 2) == 200
+    audit_ok(live.incident, env)
+
+
+def test_a_relaunched_server_is_found_by_the_port_its_own_process_listens_on(tmp_path):
+    """Nothing announced anywhere (its log goes to /dev/null): the port its process tree holds,
+    answering /health, is the server."""
+    from triage.recovery.actions.relaunch_find import listening_urls
+
+    proc = subprocess.Popen([sys.executable, "-m", "triage.sim", "serve", MODEL, "--port", "0", "--log", os.devnull],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        assert wait_until(lambda: any(get(u + "/health") == 200 for u in listening_urls(proc.pid)), START_S)
+        assert all(u.startswith("http://127.0.0.1:") for u in listening_urls(proc.pid))
+        idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+        try:
+            assert listening_urls(idle.pid) == []          # a process that listens on nothing
+        finally:
+            kill_group(idle.pid)
+    finally:
+        kill_group(proc.pid)
+
+
+def test_the_launch_collect_captured_is_relaunched_when_the_server_is_gone(start, env):
+    """`process: argv:` in incident.yaml (what `triage collect` read from /proc) is the command
+    relaunched — the logs would only rebuild `vllm serve ...` — and only once its digest is confirmed."""
+    live = start("--scenario", "startup", ready=False)
+    assert live.proc.wait(timeout=START_S) == 1
+    captured = [sys.executable, "-m", "triage.sim", "serve", MODEL, "--port", "0", "--scenario", "startup"]
+    (live.incident / "incident.yaml").write_text(yaml.safe_dump({
+        "id": "INC-collected", "title": "start-up OOM", "timezone": "UTC",
+        "process": {"pid": live.proc.pid, "found_by": "listening on port 8000", "argv": captured,
+                    "env": {"VLLM_API_KEY": "***", "TZ": "UTC"}}}))
+
+    plan = recover(live.incident, env, *SHORT, "--json")
+    assert plan.returncode == 0, plan.stderr
+    assert "incident.yaml process.argv" in plan.stdout and "captured by triage collect" in plan.stdout
+    refused = recover(live.incident, env, "--execute", "--yes", *SHORT)
+    assert refused.returncode == 1 and not relaunched(live.incident)     # --yes alone does not run it
+
+    done = recover(live.incident, env, "--execute", "--yes", *SHORT, *trusting(live.incident, env, *SHORT))
+    assert done.returncode == 0, done.stderr
+    pid, url = new_server(live.incident)
+    argv = cmdline(pid)
+    assert argv[:len(captured)] == captured and "--max-model-len" in argv
+    assert Path(f"/proc/{pid}/environ").read_bytes().count(b"VLLM_API_KEY=***") == 0
+    assert complete(url, "hello after the fix", 2) == 200
 
 
 @pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "ps")), reason="the README's stop step uses bash and ps")

@@ -90,3 +90,14 @@ def test_no_oom_has_nothing_to_recover(runner, tmp_path):
     assert _snapshot(tmp_path) == before                      # no lock, no actions.jsonl
     chosen = runner.invoke(main, ["recover", str(bundle), "--runbook", "burst", "--json"])
     assert chosen.exit_code == 0 and json.loads(chosen.stdout)["runbook"] == "burst"   # an explicit runbook still plans
+
+
+def test_changes_a_relaunch_cannot_make_are_introduced_once(runner):
+    """startup-other-tenant advises four changes by hand: the plan says once that a relaunch makes
+    none of them, then lists each with its reason."""
+    result = runner.invoke(main, ["recover", str(sample("startup-other-tenant"))], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    assert result.output.count("a relaunch cannot make") == 1
+    assert "by hand: a relaunch cannot make these 4 changes; do them separately" in result.output
+    for setting in ("other_gpu_processes:", "gpu:", "checkpoint:", "tensor_parallel_gpus:"):
+        assert f"  • {setting}" in result.output

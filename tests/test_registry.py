@@ -16,7 +16,7 @@ from triage.model import OomClass
 from tests.conftest import ROOT
 
 # Modules of triage/classes that are not a class: the types, helpers and build step they share.
-CLASS_HELPERS = {"base", "settings", "concurrency", "runbooks", "compiled", "schemas", "build"}
+CLASS_HELPERS = {"base", "settings", "concurrency", "runtime_levers", "runbooks", "compiled", "schemas", "build"}
 
 
 def test_every_class_has_exactly_one_registered_module():

@@ -240,7 +240,14 @@ def test_alerts_become_bundles_and_posted_verdicts_once_and_resolved_closes(tmp_
         timeline = subprocess.run([sys.executable, "-m", "triage", "timeline", str(bundle), "--json"], cwd=ROOT,
                                   capture_output=True, text=True, timeout=60)
         assert timeline.returncode == 0, timeline.stderr
-        assert "2025-10-14T10:02:00" in json.dumps(json.loads(timeline.stdout)["moments"]["resolved"])
+        moments = json.loads(timeline.stdout)["moments"]
+        assert "2025-10-14T10:02:00" in json.dumps(moments["resolved"])
+        assert moments["resolved"]["how"].startswith("set by triage serve in notes.jsonl:1")   # not "by hand"
+        # The payload arrived now, months after the back-dated startsAt: detection is the alert's start.
+        assert moments["detected"]["time"].startswith(STARTUP_AT[:19])
+        assert "taken as detection" in moments["detected"]["how"]
+        ttd = json.loads(timeline.stdout)["durations"]["ttd"]
+        assert ttd is not None and ttd < 60, ttd
         assert serve.post(resolved)[1] == {"status": "ok", "accepted": 0, "duplicates": 1, "resolved": 0}
 
         assert http("GET", serve.url + "/healthz") == (200, json.dumps({"status": "ok", "queue": 0}) + "\n")
@@ -373,8 +380,21 @@ def test_series_from_a_real_prometheus_decide_without_a_log(tmp_path, sink):
             bundle = Path(msg["incident"])
             assert [p.name for p in (bundle / "metrics").iterdir()] == ["prometheus-gpu-node-05_8000.prom"]
             assert incident_yaml(bundle)["collected"]["sources"]["prometheus"].startswith("ok:")
+            # --lookback 1h + --after 10m over about 4000 points: a 2 s step, not the fleet's 15 s
+            assert "points at a 2 s step" in incident_yaml(bundle)["collected"]["sources"]["prometheus"]
         finally:
             serve.kill()
+
+
+def test_the_series_step_follows_the_window_and_is_an_option():
+    from triage.live.serve.alert_sources import series_step
+
+    assert series_step(3600 + 600) == 2.0          # a server that lived 15 s still leaves points
+    assert series_step(60) == 1.0 and series_step(24 * 3600) == 22.0
+    assert series_step(4200, 1.0) == 1.0
+    done = subprocess.run([sys.executable, "-m", "triage", "serve", "--step", "0.1s"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and "use a step of at least 1s" in done.stderr and "Traceback" not in done.stderr
 
 
 # -- behind a real Alertmanager -------------------------------------------------------------------

@@ -27,6 +27,7 @@ import pytest
 from triage.api import classify_paths
 from triage.model import OomClass
 
+from .chartkit import check_chart
 from .simkit import MODEL, SMALL_CARD, START_S, alive, complete, get, wait_until, words
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32",
@@ -335,16 +336,20 @@ def test_help_names_the_command_as_invoked(runner):
 
     helped = runner.invoke(main, ["sim", "serve", "--help"], prog_name="triage")
     assert helped.exit_code == 0
-    assert helped.stdout.startswith("usage: triage sim serve ") and "--scenario" in helped.stdout
+    assert helped.stdout.startswith("Usage: triage sim serve ") and "--scenario" in helped.stdout
+    # as every click command shows them: each default, short metavars, Options:
+    for line in ("--port N ", "[default: 0]", "--max-num-seqs N ", "[default: 256]", "[default: healthy]"):
+        assert line in helped.stdout, line
+    assert "\nOptions:\n" in helped.stdout and "MAX_NUM_SEQS" not in helped.stdout
     bad = runner.invoke(main, ["sim", "serve", MODEL, "--max-num-seqs", "0"], prog_name="triage")
     assert bad.exit_code == 2 and "triage sim serve: error: --max-num-seqs must be at least 1" in bad.stderr
     direct = subprocess.run([sys.executable, "-m", "triage.sim", "serve", "--help"], capture_output=True, text=True,
                             timeout=START_S)
-    assert direct.stdout.startswith("usage: python -m triage.sim serve ")
+    assert direct.stdout.startswith("Usage: python -m triage.sim serve ")
     script = Path(sys.executable).with_name("triage")
     if script.exists():      # the console script of this environment
         out = subprocess.run([str(script), "sim", "serve", "--help"], capture_output=True, text=True, timeout=START_S)
-        assert out.stdout.startswith("usage: triage sim serve ")
+        assert out.stdout.startswith("Usage: triage sim serve ")
 
 
 # --- the README's burst drill, as written -----------------------------------------------------------
@@ -386,6 +391,8 @@ def test_readme_burst_drill_yields_burst_and_the_advised_cap_takes_the_spike(tmp
         except ProcessLookupError:
             pass
 
+    drill_chart(tmp_path / "burst", "drill-burst")
+
     # The drill's flags plus the advised cap, the same spike (Python instead of curl): all served.
     flags = re.search(r"sim serve \S+ (.*?) --port 0", script.replace("\\\n", " ")).group(1).split()
     seqs = next(r for r in verdict.recommendations if r.setting == "max_num_seqs")
@@ -405,3 +412,45 @@ def test_readme_burst_drill_yields_burst_and_the_advised_cap_takes_the_spike(tmp
     for t in threads:
         t.join(70)
     assert results == [200] * 100
+
+
+def drill_chart(bundle: Path, name: str) -> None:
+    """The drill's postmortem chart, rendered to PNG: time labels, labels clear, data painted."""
+    from triage.postmortem import render_postmortem
+
+    pm = render_postmortem(bundle, output=bundle / "postmortem.md")
+    assert pm.chart_svg is not None, f"{name}: no chart"
+    check_chart(pm.chart_svg, name)
+
+
+def run_drill(name: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """The README's drill block NAME as written, its /tmp folder moved under tmp_path."""
+    script = readme_block(name)
+    folder = re.search(r"mkdir -p (/tmp/\w+)/logs", script).group(1)
+    assert ".venv/bin/triage" in script and "kill $SIM" in script
+    bundle = tmp_path / Path(folder).name
+    script = script.replace(folder, str(bundle)).replace(".venv/bin/triage", f'"{sys.executable}" -m triage')
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "COLUMNS": "100"}, start_new_session=True)
+    return done, bundle
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "curl", "seq")), reason="the drill needs bash and curl")
+@pytest.mark.parametrize("name, oom_class, statuses", [
+    ("chronic", OomClass.CHRONIC, 20), ("prefix_cache", OomClass.PREFIX_CACHE, 30)])
+def test_readme_drill_yields_its_class(tmp_path, name, oom_class, statuses):
+    done, bundle = run_drill(name, tmp_path)
+    log = bundle / "logs" / "vllm.log"
+    try:
+        codes = re.findall(r"\b([2-5]\d\d)\b", done.stdout.split("\n", 2)[1])
+        assert len(codes) == statuses and codes[0] == "200" and codes[-1] == "500", done.stdout[:2000]
+        assert oom_class.value.upper() in done.stdout, done.stdout
+        verdict, _ = classify_paths([str(log)])
+        assert verdict.oom_class is oom_class, verdict.summary
+    finally:
+        api = int(re.search(r"\(APIServer pid=(\d+)\)", log.read_text()).group(1))
+        try:
+            os.kill(api, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    drill_chart(bundle, f"drill-{name}")

@@ -145,10 +145,15 @@ def test_chunked_prefill_is_not_recommended_where_it_is_always_on(tmp_path):
     assert "chunked-prefill" not in (verdict.command or "")
 
 
-def test_chunked_prefill_is_still_recommended_where_v0_may_run(tmp_path):
+def test_chunked_prefill_comes_with_a_shorter_step_where_v0_may_run(tmp_path):
+    frame = ('ERROR 10-28 09:02:25 [core.py:710]   File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/'
+             'layers/linear.py", line 245, in apply\n')
+    text = BURST.format(version="0.10.1").replace("ERROR 10-28 09:02:25 [core.py:710] torch.OutOfMemoryError",
+                                                   frame + "ERROR 10-28 09:02:25 [core.py:710] torch.OutOfMemoryError")
     log = tmp_path / "vllm.log"
-    log.write_text(BURST.format(version="0.10.1"))
+    log.write_text(text.replace("'max_model_len': 32768", "'max_model_len': 32768, 'enable_chunked_prefill': False"))
     recs = {r.setting: r for r in _verdict(str(log)).recommendations}
+    assert recs["max_num_batched_tokens"].to_value < 32768
     assert recs["enable_chunked_prefill"].to_value is True
 
 

@@ -592,6 +592,11 @@ def test_unreachable_and_silent_servers_are_reported_per_source(sims):
     assert doc["servers"][0]["sources"]["metrics"] == {"ok": False, "detail": "GET /metrics: connection refused",
                                                        "took_s": None}
     assert doc["warnings"] == [f"{dead}: not answering: GET /metrics: connection refused"]
+    # unreachable is unknown, said as such: never "none seen"
+    assert doc["servers"][0]["risk"] is None
+    assert doc["servers"][0]["risk_unknown"] == "/metrics not read (GET /metrics: connection refused)"
+    shown = watch("--once", "--vllm-url", dead, "--no-nvml", env={"COLUMNS": "200"})
+    assert "OOM risk       unknown: /metrics not read" in shown.stdout and "none seen" not in shown.stdout
 
     with socket.socket() as silent:                 # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
@@ -602,7 +607,8 @@ def test_unreachable_and_silent_servers_are_reported_per_source(sims):
     assert time.monotonic() - began < 10
     assert done.returncode == 0                     # the healthy one was read
     ok, quiet, refused = doc["servers"]
-    assert ok["sources"]["metrics"]["ok"] and ok["gpus"] == []
+    assert ok["sources"]["metrics"]["ok"] and ok["gpus"] == [] and ok["risk_unknown"] is None
+    assert quiet["risk_unknown"].startswith("/metrics not read")
     assert quiet["sources"]["metrics"]["detail"] == "GET /metrics: timed out after 0.8 s"
     assert refused["sources"]["health"]["detail"] == "GET /health: connection refused"
     assert doc["nvml"]["ok"] is False and "no GPU readings" in doc["nvml"]["detail"]

@@ -85,7 +85,7 @@ def _upgrade(incident: Incident, verdict: Verdict) -> list[Recommendation]:
     """The first release that fixes a known bug of this version (a step for a person)."""
     out = []
     for bug in incident.known_bugs:
-        if bug.fixed_in:
+        if bug.fixed_in and bug.confirmed:     # a write-up's report never recommends an upgrade by itself
             out.append(Recommendation("engine_version", incident.version, bug.fixed_in,
                                       f"{bug.title} ({bug.id}; {bug.source}); fixed in {bug.fixed_in}",
                                       "knowledge_base", manual=True))

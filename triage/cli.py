@@ -108,7 +108,7 @@ def main(ctx: click.Context, debug: bool) -> None:
               help="Most a compressed input may expand to (default 4GiB, or $TRIAGE_MAX_INPUT_BYTES), e.g. 16GiB.")
 @click.option("--prometheus", metavar="URL", help="Classify every instance of a fleet from a Prometheus-compatible "
               "server's series instead (triage.fleet/v1 with --json); credentials only from $TRIAGE_PROMETHEUS_TOKEN "
-              "or $TRIAGE_PROMETHEUS_USER/$TRIAGE_PROMETHEUS_PASSWORD, a private CA from $TRIAGE_PROMETHEUS_CA_BUNDLE.")
+              "or $TRIAGE_PROMETHEUS_USER and $TRIAGE_PROMETHEUS_PASSWORD, a private CA from $TRIAGE_PROMETHEUS_CA_BUNDLE.")
 @click.option("--selector", metavar="SEL", help="With --prometheus: the fleet's targets, e.g. '{job=\"vllm\"}'.")
 @click.option("--since", metavar="DURATION", help="With --prometheus: the window up to now (default 1h).")
 @click.option("--start", metavar="TIME", help="With --prometheus: window start (RFC 3339 or unix seconds).")
@@ -253,10 +253,10 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("incident", type=click.Path(exists=True))
+@click.argument("incident", type=click.Path())      # a missing one is bad input (exit 1), as for timeline
 @click.option("--runbook", "runbook_name", metavar="NAME", help="Use this runbook instead of the verdict's.")
-@click.option("--runbook-dir", "runbook_dirs", multiple=True, type=click.Path(file_okay=False),
-              help="Also load runbooks from DIR.")
+@click.option("--runbook-dir", "runbook_dirs", multiple=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Also load runbooks from DIR (the folder `triage runbooks --dir DIR` lists and validates).")
 @click.option("--param", "params", multiple=True, metavar="STEP.KEY=VALUE",
               help="Override a step's parameter or timeout_s (e.g. steady.window_s=30).")
 @click.option("--execute", is_flag=True, help="Carry the plan out (default: print it and change nothing).")
@@ -289,6 +289,10 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
     from .packed import unpacked
     from .recovery.session import NothingToRecover, open_session
 
+    if not os.path.lexists(incident):
+        from .errors import BadInput
+
+        raise BadInput(incident, "no such incident directory")
     given = incident
     incident = unpacked(incident, writes="actions.jsonl (every step of --execute)" if execute else None)
     try:

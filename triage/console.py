@@ -181,9 +181,13 @@ def render_plan(plan, console: Console | None = None) -> None:
     hang(out, Text(plan.runbook.summary.strip(), style="dim"), 0)
     for note in plan.notes:
         hang(out, Text(note, style="yellow"), 6, first=Text("note: ", style="yellow"))
-    for setting, old, new, why in getattr(plan, "manual", ()):
-        hang(out, Text(f"{setting}: {old} -> {new} — a relaunch cannot make this change; do it separately "
-                       f"({why})", style="yellow"), 9, first=Text("by hand: ", style="yellow"))
+    manual = list(getattr(plan, "manual", ()))
+    if manual:                 # said once for all of them, not once per change
+        changes = "this change" if len(manual) == 1 else f"these {len(manual)} changes"
+        hang(out, Text(f"by hand: a relaunch cannot make {changes}; do {'it' if len(manual) == 1 else 'them'} "
+                       "separately", style="yellow"), 9, first="")
+    for setting, old, new, why in manual:
+        hang(out, Text(f"{setting}: {old} -> {new}: {why}", style="yellow"), 4, first="  • ")
     for ps in plan.steps:
         out.print()
         _step_head(out, f"{ps.number}. ", ps.step)
@@ -401,7 +405,7 @@ class RecoverConsole:
     """Progress of `triage recover --execute` on stderr; the closing summary on stdout."""
 
     _STYLE = {"ok": "green", "skipped": "yellow", "failed": "red", "timeout": "red", "aborted": "red",
-              "not run": "yellow"}
+              "not run": "yellow", "handed": "yellow"}
 
     def __init__(self, quiet: bool = False) -> None:
         self.err = Console(stderr=True, highlight=False)
@@ -442,6 +446,9 @@ class RecoverConsole:
         style = "green" if report.ok else "red"
         hang(self.out, Text.assemble(("recovery " + report.result.upper(), f"bold {style}"),
                                      f"  run {report.run_id}, runbook {report.runbook}: {done}"), 2, first="")
+        for s in report.steps:
+            if s.result == "handed" and s.by_hand:    # done by nobody yet: said again where it is read last
+                hang(self.out, Text(f"open, for a person: {s.step_id}: {s.by_hand}", style="yellow"), 4, first="  ")
         serving = any("serves again" in line for s in report.steps for line in s.lines)
         if serving:
             hang(self.out, Text("the server serves: nothing was changed (use --force to run the plan anyway)",

@@ -31,6 +31,15 @@ def render_eval(report: EvalReport, *, verbose: bool = False, console: Console |
         exact = _pct(row["exact"]) + ("" if row["held_to_target"] else " *")
         engines.add_row(engine, str(row["cases"]), str(row["scored"]), exact, _pct(row["acceptable"]))
     out.print(engines)
+    out.print("[bold]Reliability[/bold] (named classes by confidence: how often right)")
+    reliable = Table()
+    for col in ("confidence", "named", "right", "right share", "mean confidence"):
+        reliable.add_column(col, justify="right" if col != "confidence" else "left", no_wrap=True, overflow="fold")
+    for row in report.reliability():
+        if row["n"]:
+            reliable.add_row(row["bin"], str(row["n"]), str(row["right"]), _pct(row["right_share"]),
+                             f"{row['mean_confidence']:.2f}")
+    out.print(reliable)
     unknowns = [c for c in report.cases if c.answer == UNDECIDED]
     # One statement per line, wrapped with a hanging indent; a figure stays with its label.
     for line in (f"* fewer than {ENGINE_TABLE_MIN} scored cases: listed, not held to the per-engine target",

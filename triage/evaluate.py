@@ -23,6 +23,8 @@ NOT_GPU = registry().only(Branch.NOT_GPU).SPEC.id.value     # the look-alikes: h
 HEALTHY = registry().healthy.id.value
 UNDECIDED = registry().fallback.id.value                   # "unknown": an allowed answer where insufficient
 ENGINE_TABLE_MIN = 5         # engine families with fewer scored cases are listed but not held to a target
+# Confidence bins of the reliability table (the classifier names a class from 0.4 up).
+RELIABILITY_BINS = ((0.0, 0.5), (0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.0))
 
 
 @dataclass
@@ -132,8 +134,23 @@ class EvalReport:
                         "recall": tp / actual if actual else None}
         return out
 
+    def reliability(self) -> list[dict[str, Any]]:
+        """How often a named class was right, by confidence bin: a verdict at 0.8 should be right
+        about 80% of the time. Over the cases the tool named a class for (not `unknown`, not an
+        error), whatever their sufficiency: a named class is a claim either way."""
+        named = [c for c in self.cases if c.answer not in (UNDECIDED, "error")]
+        out = []
+        for low, high in RELIABILITY_BINS:
+            mine = [c for c in named if low <= c.confidence < high or (high == 1.0 and c.confidence == 1.0)]
+            right = sum(c.correct for c in mine)
+            out.append({"bin": f"{low:.1f}-{high:.1f}", "low": low, "high": high, "n": len(mine), "right": right,
+                        "right_share": right / len(mine) if mine else None,
+                        "mean_confidence": sum(c.confidence for c in mine) / len(mine) if mine else None})
+        return out
+
     def to_json(self) -> dict[str, Any]:
         return {"total": self.total, "accuracy": self.accuracy, "acceptable": self.acceptable_rate,
+                "reliability": self.reliability(),
                 "scored": len(self.scored), "scored_accuracy": self.scored_accuracy,
                 "misroutes": self.misroutes, "confident_wrong": self.wrong, "wrong_any_confidence": self.wrong_any,
                 "false_alarms": self.false_alarms, "per_class": self.per_class(), "per_engine": self.per_engine(),

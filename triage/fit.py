@@ -25,7 +25,8 @@ from typing import Any, Iterable
 
 from .evidence.kinds import Kind
 from .flowchart.context import Context
-from .memory.precision import QUANT_OPTIONS, dtype_bytes, quant_bytes, quant_in_name
+from .memory.levers import QUANT_OPTIONS, TP_OPTIONS
+from .memory.precision import dtype_bytes, quant_bytes, quant_in_name
 from .model import Evidence, Recommendation
 from .thresholds import DEFAULT_UTIL, FREE_MARGIN, MIN_AS_IS_UTIL
 
@@ -415,7 +416,7 @@ def options(fit: Fit, blocking: str, others_hold: bool = False) -> list[Recommen
                 + ("" if fit.kv_one_seq else "; check the KV cache it should hold fits that") + ".",
                 "incident", manual=True))
             break
-    for tp in (2, 4, 8):
+    for tp in TP_OPTIONS:
         if tp <= fit.tp:
             continue
         t_need = fit.need(tp=tp)

@@ -121,6 +121,16 @@ TABLE: dict[str, Threshold] = {
     "kv_pinned": Threshold(0.98, "share of the KV pool", "KV usage this high with a low prefix hit rate and "
                            "collapsing concurrency: cached prefixes starve live requests (thrashing before an "
                            "OOM)", "rule design (formats.md: KV pressure, not an allocator OOM)"),
+    "spike_allocation_share": Threshold(0.01, "share of the card", "a serving-loop allocation this large is one "
+                                        "step's activations (many tokens at once): a spike even at a half-empty KV "
+                                        "cache; a smaller one there is memory that grew another way",
+                                        "rule design (a 2.3 GiB prefill activation on an 80 GB card is 2.9%)"),
+    # --- runtime advice -------------------------------------------------------------------------
+    "runtime_budget_margin": Threshold(0.02, "share of the card", "a budget cut for a runtime OOM takes the "
+                                       "shortfall and this much more of the card: the next step's allocations "
+                                       "are not the same size as the one that failed", "rule design"),
+    "min_runtime_util": Threshold(0.50, "share of the card", "a budget cut for a runtime OOM never goes below "
+                                  "this: a shortfall that large is not the budget's to absorb", "rule design"),
 }
 
 
@@ -165,4 +175,7 @@ WEIGHTS_BUDGET_MARGIN = value("weights_budget_margin")
 LEAK_MONOTONE_SHARE = value("leak_monotone_share")
 STEADY_LOAD_CV = value("steady_load_cv")
 KV_PINNED = value("kv_pinned")
+RUNTIME_BUDGET_MARGIN = value("runtime_budget_margin")
+SPIKE_ALLOCATION_SHARE = value("spike_allocation_share")
+MIN_RUNTIME_UTIL = value("min_runtime_util")
 

@@ -15,6 +15,7 @@ from . import compiled, registry, schemas
 
 def check() -> None:
     """Load every data file the way the classifier does, from its source: raises on a bad entry."""
+    from ..flowchart.failure_site import parse_sites
     from ..flowchart.frames import parse_vocabulary
     from ..flowchart.knowledge import parse_bugs
     from ..flowchart.xids import parse_xids
@@ -22,10 +23,12 @@ def check() -> None:
     from .settings import parse_settings
 
     parse_vocabulary(compiled.parse("phase_frames"))
+    parse_sites(compiled.parse("phase_frames"))
     parse_xids(compiled.parse("xids"))
     parse_lookalikes(compiled.parse("lookalikes"))
     parse_settings(compiled.parse("engine_settings"))
     parse_bugs(compiled.parse("known_bugs"))
+    parse_bugs(compiled.parse("known_bugs_upstream"), "known_bugs_upstream.yaml", upstream=True)
     compiled.parse(compiled.RUNBOOKS)
 
 

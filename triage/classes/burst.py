@@ -20,10 +20,10 @@ from ..flowchart import causes as shared
 from ..flowchart import confidence as conf
 from ..flowchart.context import Context
 from ..flowchart.incident import Incident
-from ..flowchart.knowledge import prefix_cache_unjudged, prefix_caching_enabled
+from ..flowchart.knowledge import prefix_cache_unjudged, prefix_caching_enabled, prefix_caching_opted_in
 from ..flowchart.phase import PhaseAnswer
 from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
-from ..thresholds import KV_BUSY, KV_HIGH, OVERSIZED_SHARE, QUIET_KV
+from ..thresholds import KV_BUSY, KV_HIGH, OVERSIZED_SHARE, QUIET_KV, SPIKE_ALLOCATION_SHARE
 from ..units import format_bytes
 from .base import Assessment, Branch, CauseSpec, ClassSpec, pct
 from .prefix_cache import low_hit_rate
@@ -40,9 +40,6 @@ SPEC = ClassSpec(
 # A runtime OOM named burst by default (nothing supports another class) is tentative: stronger when
 # the phase answer was this direct (serving-loop frames, a failed step, the engine's own wording).
 STRONG_PHASE = conf.FAIRLY_HIGH
-GiB = 1 << 30
-# Rule of thumb (flowchart.md): --max-num-batched-tokens by GPU memory.
-_BATCHED_TOKENS = ((30 * GiB, 4096), (50 * GiB, 8192), (10 ** 15, 16384))
 
 
 def load_signals(ctx: Context, anchor: Evidence | None) -> tuple[list[str], list[Evidence]]:
@@ -154,10 +151,24 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if not notes:
         confidence = conf.TENTATIVE_STRONG if phase.strength >= STRONG_PHASE else conf.TENTATIVE_WEAK
     if not any(c.id == LOAD_SPIKE.id for c in causes) and prefix_cache_unjudged(ctx):
-        unsure.append("prefix caching is on and its hit rate is not in the evidence")
+        # The operator turned the cache on (or the engine never reports on it) and nothing shows load:
+        # whether the cache's code was involved is not in the evidence.
+        unsure.append("prefix caching is on and nothing in the evidence shows the cache's state")
     quiet = quiet_before(ctx, oom)
     if quiet is not None and not any(c.id == LOAD_SPIKE.id for c in causes):
-        unsure.append(f"the last stats before it show little load ({quiet})")
+        # The KV cache is allocated up front, so how full it was is not the load that ran out of
+        # memory. One step's large allocation is: a serving-loop OOM of that size at a half-empty
+        # cache is a spike outside the cache. A small one there is memory that grew some other way.
+        if phase.phase == "runtime" and tried and capacity and tried >= SPIKE_ALLOCATION_SHARE * capacity:
+            notes.append(f"the KV cache was not the limit ({quiet}): one step's {format_bytes(tried)} allocation "
+                         f"outside it ({tried / capacity:.1%} of the card) did not fit")
+        else:
+            unsure.append(f"the last stats before it show little load ({quiet})")
+    opted_in = prefix_caching_opted_in(ctx) or (ctx.engine_mode == "v0" and prefix_caching_enabled(ctx) is True)
+    if not any(c.id == LOAD_SPIKE.id for c in causes) and opted_in and low_hit_rate(ctx, oom) is not None:
+        # The operator turned the cache on and it was rarely hit: with no load to explain the OOM,
+        # the cache is not ruled out, though its hit rate alone does not tie the failure to it.
+        unsure.append("prefix caching was turned on and rarely hit, and nothing shows load")
     if unsure and not any(c.id == LOAD_SPIKE.id for c in causes):
         # Another explanation fits as well as a spike and no load evidence tips it: not named.
         confidence = min(confidence, conf.UNNAMED)
@@ -169,7 +180,8 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     attach = [] if len(notes) >= 2 and confidence >= conf.MEDIUM else [
         "/metrics scrapes or the stats lines from the minutes before the OOM (KV usage, running/waiting, preemptions)"]
     if any("prefix caching is on" in u for u in unsure):
-        attach.append("the prefix-cache hit rate (stats lines or vllm:prefix_cache_hits/queries)")
+        attach.append("the failure's whole traceback and the stats lines or /metrics before it (KV usage and running "
+                      "requests: blocks held beyond what the running requests need tie it to the prefix cache)")
     if (alloc is None and oom.kind == Kind.TORCH_OOM.value) or (alloc is not None and alloc.borderline):
         attach.append("torch.cuda.memory_stats() or memory_summary() at the OOM (fragmentation or not)")
     summary = "Runtime burst OOM while serving" + (f": {'; '.join(notes)}" if notes else
@@ -183,31 +195,15 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
 # --- advice ----------------------------------------------------------------------------------------
 
 def recommend(incident: Incident, verdict: Verdict) -> list[Recommendation]:
-    """Caps on one forward pass and on concurrency, sized from the incident where it can be."""
-    from .concurrency import kv_sized_cap    # only a verdict of this class needs it
+    """What grew outside the pre-sized KV cache, and by how much (runtime_levers). A KV pool that
+    ran out (SGLang's, TGI's) is the exception: there the cache itself was the limit, and the
+    concurrency it carried sizes the cap."""
+    from .concurrency import kv_sized_cap     # only a verdict of this class needs these
+    from .runtime_levers import runtime_levers
 
-    out: list[Recommendation] = []
-    total = incident.gpu_total_bytes
-    cur_tokens = as_whole(current(incident, "max_num_batched_tokens"))
-    if total:
-        # past the table's last row (a bogus total from a damaged log) the last row applies
-        target = next((t for limit, t in _BATCHED_TOKENS if total <= limit), _BATCHED_TOKENS[-1][1])
-        # Only ever lower it: with the current value unknown, the engine's default may be below the table.
-        if cur_tokens is not None and cur_tokens > target:
-            out.append(Recommendation("max_num_batched_tokens", cur_tokens, target,
-                                      f"cap the tokens of one forward pass for a {total / GiB:.0f} GiB GPU "
-                                      "(flowchart table: 24 GB -> 4096, 40 GB -> 8192, 80 GB -> 16384-24576)",
-                                      "rule_of_thumb"))
-    stats = incident.stats_before_failure
-    cur_seqs = as_whole(current(incident, "max_num_seqs"))
-    cap = kv_sized_cap(stats, cur_seqs, min_running=4)
-    if cap:
-        out.append(cap)
-    elif not any(s.fields.get("running") for s in stats) and cur_seqs and cur_seqs > 128:
-        out.append(Recommendation("max_num_seqs", cur_seqs, 128, "vLLM's default concurrency is optimistic and the "
-                                  "log shows no running count to size it from: match the real peak behind the load "
-                                  "balancer (rule of thumb: 128)", "rule_of_thumb"))
-    if incident.engine == "vllm" and incident.engine_mode != "v1" and not incident.arg("enable_chunked_prefill"):
-        out.append(Recommendation("enable_chunked_prefill", False, True, "split long prefills so one huge prompt cannot "
-                                  "claim a whole step's activation memory", "rule_of_thumb"))
+    out = runtime_levers(incident)
+    if incident.failure is not None and incident.failure.kind == Kind.KV_POOL_OOM.value:
+        cap = kv_sized_cap(incident.stats_before_failure, as_whole(current(incident, "max_num_seqs")), min_running=4)
+        if cap:
+            out.append(cap)
     return out

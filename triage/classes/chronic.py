@@ -21,6 +21,7 @@ from ..flowchart import causes as shared
 from ..flowchart import confidence as conf
 from ..flowchart.context import Context
 from ..flowchart.incident import Incident
+from ..flowchart.knowledge import prefix_caching_enabled
 from ..flowchart.phase import PhaseAnswer
 from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
 from ..thresholds import (EARLY_WARNING_CONFIDENCE, FRAG_MIN_BYTES, FRAG_SHARE, LEAK_MIN_RISE, LEAK_MIN_SPAN_S,
@@ -92,8 +93,8 @@ def engine_leak_check(ctx: Context) -> Cause | None:
     between batches that every slot is free or cached): drift that only grows, a leak by the
     engine's own measure. Restart or upgrade; flags do not fix it."""
     rec = ctx.ev.first(Kind.POOL_LEAK)
-    if rec is None:
-        return None
+    if rec is None or prefix_caching_enabled(ctx):
+        return None      # with the prefix cache on, its accounting is what broke (the prefix-cache class)
     return Cause(LEAK.id, "Memory leak: the engine's own KV-pool leak check failed", (rec,),
                  "the pool's free + cached slots no longer add up to its size while idle")
 

@@ -20,7 +20,8 @@ from ..paths import data_file, runbooks_dir
 
 COMPILED = data_file("classes.compiled.json")
 SOURCES = {name: data_file(f"{name}.yaml")
-           for name in ("phase_frames", "xids", "lookalikes", "engine_settings", "known_bugs")}
+           for name in ("phase_frames", "xids", "lookalikes", "engine_settings", "known_bugs",
+                         "known_bugs_upstream")}
 RUNBOOKS = "runbooks"
 
 

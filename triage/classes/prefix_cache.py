@@ -14,6 +14,7 @@ from ..evidence.kinds import Kind
 from ..flowchart import causes as shared
 from ..flowchart import confidence as conf
 from ..flowchart.context import Context
+from ..flowchart.failure_site import failure_site
 from ..flowchart.incident import Incident
 from ..flowchart.knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opted_in
 from ..flowchart.phase import PhaseAnswer
@@ -68,6 +69,12 @@ def early(ctx: Context) -> Assessment | None:
     running requests collapse and the queue grows (formats.md: KV pressure, not an allocator OOM)."""
     if not prefix_caching_enabled(ctx):
         return None
+    held = blocks_outlive_requests(ctx, None)
+    bugs = [c for c in shared.detect(ctx, shared.KNOWN_ENGINE_BUG, oom_class=SPEC.id.value) if confirmed_bug(c)]
+    if held is None and not bugs:
+        # Cached blocks are evicted first: a full cache with a queue is saturation, whatever the hit
+        # rate, unless blocks are held that no running request needs or a confirmed bug keeps them.
+        return None
     readings = _load_readings(ctx)
     if not readings:
         return None
@@ -87,8 +94,8 @@ def early(ctx: Context) -> Assessment | None:
                   f"Prefix cache crowding out live requests: KV cache {pct(kv)} full with {int(running)} running "
                   f"(peak {int(peak_running)}) and {int(waiting)} waiting; hit rate {pct(low[0])}",
                   (rec, low[1]), "cached prefix blocks hold the KV pool; sequences are preempted instead of served")
-    causes = [cause] + shared.detect(ctx, shared.KNOWN_ENGINE_BUG, oom_class=SPEC.id.value)
-    level = conf.MEDIUM_HIGH if len(causes) > 1 or prefix_caching_opted_in(ctx) else conf.MEDIUM
+    causes = [held or cause] + bugs
+    level = conf.MEDIUM_HIGH
     return Assessment(SPEC.id, level, "Prefix-cache thrashing (no OOM line yet): " + cause.title, cause.title,
                       [rec, low[1]], causes, [])
 
@@ -112,72 +119,114 @@ def _load_readings(ctx: Context) -> list[tuple[float, float, float, Evidence]]:
     return out
 
 
+def cache_accounting_error(ctx: Context) -> Cause | None:
+    """The engine's own check found cache slots that nothing holds while its prefix cache is on
+    (SGLang's `token_to_kv_pool_allocator memory leak detected` counts free + radix-cached slots):
+    the cache's bookkeeping broke."""
+    rec = ctx.ev.first(Kind.POOL_LEAK)
+    if rec is None or not prefix_caching_enabled(ctx):
+        return None
+    return Cause(PRESSURE.id, "The engine's cache accounting failed with its prefix cache on", (rec,),
+                 "free and prefix-cached slots no longer add up to the pool: the cache kept slots it does not track")
+
+
+def blocks_outlive_requests(ctx: Context, anchor: Evidence | None) -> Cause | None:
+    """KV blocks held that the running requests cannot account for, with the prefix cache on: the
+    pool pinned full while the running requests, even at max_model_len each, need less than that.
+    The engine reports evictable cached blocks as free, so what is held and not live is cached
+    blocks the cache never released."""
+    if not prefix_caching_enabled(ctx):
+        return None
+    capacity = shared.kv_tokens(ctx)
+    blocks, size = as_whole(ctx.args.get("num_gpu_blocks")), as_whole(ctx.args.get("block_size"))
+    tokens, cap_ev = capacity if capacity else ((blocks * size, None) if blocks and size else (None, None))
+    max_len = as_whole(ctx.arg("max_model_len", "max_seq_len"))
+    if not tokens or not max_len:
+        return None
+    for kv, running, _, rec in reversed(_load_readings(ctx)):
+        if anchor is not None and rec.time is not None and anchor.time is not None and rec.time > anchor.time:
+            continue
+        held, live_max = kv * tokens, int(running) * max_len
+        if kv >= KV_PINNED and live_max < held:
+            evidence = (rec,) + ((cap_ev[0],) if cap_ev else ())
+            return Cause(PRESSURE.id,
+                         f"KV blocks held beyond the running requests: {pct(kv)} of {tokens} tokens in use with "
+                         f"{int(running)} running (at most {int(running)} x {max_len} = {live_max} tokens)",
+                         evidence, "with the prefix cache on, blocks no running request holds stayed allocated: "
+                                   "cached blocks were not released")
+        break          # the last reading decides
+    return None
+
+
+def failing_in_cache_code(ctx: Context, oom: Evidence) -> Cause | None:
+    site = failure_site(ctx.frames_near(oom))
+    if site is None or site.name != "prefix_cache":
+        return None
+    return Cause(PRESSURE.id, f"The allocation failed in the prefix cache's own code ({site.where()})", (oom,),
+                 site.site.why)
+
+
+def hit_rate_note(ctx: Context, anchor: Evidence | None) -> str:
+    """What the evidence says of the prefix cache, for the flowchart's answer."""
+    enabled = prefix_caching_enabled(ctx)
+    rates = [s for s in ctx.last_before(Kind.STATS.value, anchor) if s.fields.get("prefix_hit_rate") is not None]
+    if enabled is False:
+        return "prefix caching is off"
+    if rates:
+        return f"prefix caching is on (hit rate {pct(rates[-1].fields['prefix_hit_rate'])}, {rates[-1].where})"
+    return "prefix caching is on" if enabled else "whether prefix caching was on is not in the evidence"
+
+
 def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
+    """Named only on evidence that ties the failure to the cache: the engine's own cache-accounting
+    error, an exhausted block pool with nothing evictable, a failure inside the cache's code, or a
+    confirmed prefix-cache bug of this version. In vLLM and SGLang cached blocks live inside the
+    pre-sized pool and are evicted first, so a low hit rate costs throughput, not memory."""
     if phase.phase == "startup":
         return Assessment(SPEC.id, conf.NONE, "", "it failed during start-up")
     oom = ctx.primary
-    pool = pool_not_evicted(ctx)
-    if pool is not None:
-        causes = [pool] + shared.detect(ctx, shared.KNOWN_ENGINE_BUG, oom_class=SPEC.id.value)
-        return Assessment(SPEC.id, conf.HIGH, f"Prefix-cache OOM: {pool.title}", pool.detail, [*pool.evidence], causes, [])
-    enabled = prefix_caching_enabled(ctx)
-    if not enabled or oom is None:
-        return Assessment(SPEC.id, conf.NONE, "", "prefix caching is off or unknown" if not enabled else "no OOM")
-    low = low_hit_rate(ctx, oom)
-    bug = shared.detect(ctx, shared.KNOWN_ENGINE_BUG, oom_class=SPEC.id.value)
-    prefix_bug = [c for c in bug if "prefix" in c.title.lower()]
-    if low is None and not prefix_bug:
-        known = has_hit_rate(ctx)
-        why = "prefix caching is on but its hit rate is not low" if known else \
-              "prefix caching is on; the evidence has no hit rate to judge it by"
-        attach = [] if known else ["stats lines or /metrics with the prefix-cache hit rate"]
-        return Assessment(SPEC.id, conf.NONE, "", why, attach=attach)
-    causes: list[Cause] = []
-    evidence: list[Evidence] = [oom]
-    confidence = conf.TENTATIVE
-    if low is not None:
-        causes.append(Cause(PRESSURE.id,
-                            f"Prefix cache thrashing: hit rate {pct(low[0])} (below {LOW_HIT_RATE:.0%}) with caching on",
-                            (low[1],), "cached prefixes are rarely reused but keep their KV blocks"))
-        evidence.append(low[1])
-        # vLLM V1 turns prefix caching on by default and evicts cached blocks under pressure: a low
-        # hit rate there is common and weighs less than one the operator opted into (V0, explicit flag).
-        opted_in = prefix_caching_opted_in(ctx) or ctx.engine_mode == "v0"
-        confidence = conf.MEDIUM_HIGH if opted_in else conf.EVEN
-    causes += bug
-    if prefix_bug:
-        confidence += conf.BOOST
+    tied = [c for c in (pool_not_evicted(ctx), cache_accounting_error(ctx), blocks_outlive_requests(ctx, oom))
+            if c is not None]
+    if oom is not None and not tied:
+        in_code = failing_in_cache_code(ctx, oom)
+        tied += [in_code] if in_code is not None else []
+    named = shared.detect(ctx, shared.KNOWN_ENGINE_BUG, oom_class=SPEC.id.value)
+    bugs = [c for c in named if confirmed_bug(c)]
+    if not tied and not bugs:
+        note = hit_rate_note(ctx, oom)
+        why = (f"{note}, but nothing ties the failure to the cache (no frame in its code, no cache-accounting "
+               "error, no confirmed prefix-cache bug of this version)")
+        return Assessment(SPEC.id, conf.NONE, "", why)
+    causes = tied + named          # a write-up's report is named beside the evidence, never as it
+    if tied:
+        confidence = conf.HIGH
+    else:
+        # A confirmed bug of this version with the cache on, and nothing else: likely, not certain.
+        confidence = conf.MEDIUM_HIGH if phase.phase == "runtime" else conf.MEDIUM
     if phase.phase == "unknown":
         confidence -= conf.BIG_STEP
     summary = "Prefix-cache OOM: " + "; ".join(c.title for c in causes[:2])
-    attach = [] if low is not None else ["stats lines or /metrics with the prefix-cache hit rate"]
-    why = "; ".join(c.title for c in causes[:2])
-    return Assessment(SPEC.id, round(min(confidence, conf.CEILING_PREFIX), 2), summary, why, evidence, causes, attach)
+    evidence = [e for c in causes for e in c.evidence]
+    return Assessment(SPEC.id, round(min(confidence, conf.CEILING_PREFIX), 2), summary,
+                      "; ".join(c.title for c in causes[:2]), ([oom] if oom is not None else []) + evidence, causes, [])
+
+
+def confirmed_bug(cause: Cause) -> bool:
+    """A known-bug cause whose entry an upstream issue, PR or release confirms."""
+    return "unconfirmed" not in cause.title
 
 
 # --- advice ----------------------------------------------------------------------------------------
 
 def recommend(incident: Incident, verdict: Verdict) -> list[Recommendation]:
-    """Prefix caching off while its hit rate is low, and a concurrency cap where the live KV cache was full."""
-    from .concurrency import kv_sized_cap    # only a verdict of this class needs it
-
-    out: list[Recommendation] = []
-    hit = next((c for c in reversed(incident.stats_before_failure)
-                if c.fields.get("prefix_hit_rate") is not None), None)
-    seen = (f"the hit rate was {hit.fields['prefix_hit_rate']:.1%} ({hit.where}), " if hit else
-            "the log shows no hit rate; ")
-    out.append(Recommendation("enable_prefix_caching", True, False,
-                              f"the prefix cache holds blocks that are rarely reused: {seen}turn it off while the hit "
-                              "rate is below 30% (it pays off for shared system prompts, >60% hit rate)",
-                              "incident" if hit else "rule_of_thumb"))
-    cur = as_whole(current(incident, "max_num_seqs"))
-    # A cap only where the live KV cache was full (otherwise turning the cache off is the fix), sized
-    # from the busiest reading of the whole log: by the end, cached prefixes crowd live sequences out.
-    cap = kv_sized_cap(incident.stats_before_failure, cur, kv_only=True, window=None)
-    if cap:
-        out.append(cap)
-    elif cur and cur > HIGH_CONCURRENCY_CAP and not any(s.fields.get("running") for s in incident.ev.of(Kind.STATS)):
-        out.append(Recommendation("max_num_seqs", cur, cur // 2, "halve the concurrency cap so live sequences keep "
-                                  "their KV blocks (rule of thumb: the log shows no running count to size it from)",
-                                  "rule_of_thumb"))
-    return out
+    """Prefix caching off: the failure is tied to the cache, and running without it costs prefill
+    time on repeated prefixes, never correctness. An upgrade, where a confirmed bug names a fixed
+    release, comes from the known-bug cause."""
+    tie = next((c for c in verdict.causes if c.id == PRESSURE.id), None) or \
+        next((c for c in verdict.causes if c.id == shared.KNOWN_ENGINE_BUG.id), None)
+    if tie is None:
+        return []
+    where = f" ({tie.evidence[0].where})" if tie.evidence else ""
+    return [Recommendation("enable_prefix_caching", True, False,
+                           f"{tie.title}{where}: run without the prefix cache until the cause is fixed; repeated "
+                           "prefixes are then computed again (prefill time), nothing else changes", "incident")]

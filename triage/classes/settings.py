@@ -79,3 +79,37 @@ def as_whole(v: Any) -> int | None:
     if isinstance(v, float):
         return as_int(v)
     return whole(v) if isinstance(v, (int, str)) else None
+
+
+class Default(NamedTuple):
+    value: Any
+    source: str              # the engine's file and version it was read in
+
+
+def default(engine: str, version: str | None, mode: str | None, setting: str) -> Default | None:
+    """The value `setting` has at `version` when the launch does not set it (engine_settings.yaml
+    `defaults`), or None where the data has none for this version and mode."""
+    from ..flowchart.knowledge import in_range
+
+    table = (compiled.load("engine_settings") or {}).get(engine) or {}
+    for entry in ((table.get("defaults") or {}).get(setting) or ()):
+        if entry.get("mode") and mode is not None and entry["mode"] != mode:
+            continue
+        if entry.get("mode") and mode is None:
+            continue
+        if version is not None and not in_range(version, str(entry.get("versions", ""))):
+            continue
+        return Default(entry["value"], str(entry.get("source", "")))
+    return None
+
+
+def value_or_default(incident: "Incident", setting: str) -> tuple[Any, str]:
+    """The server's value of `setting` and where it comes from: its launch, else the engine's
+    default for the version (with the source the default was read in); (None, "") when neither."""
+    value = current(incident, setting)
+    if value is not None:
+        return value, "launch"
+    found = default(incident.engine, incident.version, incident.engine_mode, setting)
+    if found is None:
+        return None, ""
+    return found.value, f"the engine's default ({found.source})"

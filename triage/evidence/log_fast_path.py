@@ -13,34 +13,86 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Generator, Iterator
 
 from ..model import Evidence, Phase
+from . import prefilter
+from .log_scanner import MAX_PIDS
 from .log_patterns import ACCESS_MARK, CHUNK, MIN_CHUNK, SERVING_REQUEST, is_request_log
 from .repeats import ADMISSION_MARK, PREEMPT_FAMILY, PREEMPT_MARK, RETRACT_MARK, STATS_MARK
 
 if TYPE_CHECKING:
     from .log_scanner import LogScanner
 
-def ready_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
-               lineno: int) -> Generator[Evidence, None, tuple[int, int]]:
-    """Before the first served request: skip the access lines of buf[pos:] (probes, scrapes) and
-    feed the others, chunk by chunk, up to a chunk holding a serving request (a POST) or a change
-    of phase. Returns (position, line number) to resume at (pos itself: read the next line alone)."""
+
+def read_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
+              lineno: int) -> Generator[Evidence, None, tuple[int, int]]:
+    """Not serving and not inside a record: feed only the lines of buf[pos:end] that can matter
+    (the prefilter's), chunk by chunk, passing over the rest; stop just after a line that opens a
+    record or shows the server serving. Once the server is up, a chunk of access lines alone
+    (probes, scrapes) is passed over after two counts. Returns (position, line number) to resume at."""
     count, find = buf.count, buf.find
     a = pos
     while a < end:
         b = find(b"\n", min(a + CHUNK, end - 1), end) + 1 or end
-        if find(SERVING_REQUEST, a, b) >= 0:
-            return a, lineno
         lines_here = count(b"\n", a, b)
-        if lines_here != count(ACCESS_MARK, a, b):
-            for at, at_line, raw in odd_lines(buf, a, b, lineno, lines_here):
-                if not scanner.tracebacks and is_request_log(raw):
-                    continue
+        if scanner.phase is not Phase.STARTING and lines_here == count(ACCESS_MARK, a, b) \
+                and find(SERVING_REQUEST, a, b) < 0:
+            todo = _pid_lines(scanner, buf, a, b)
+        else:
+            group = "every" if scanner.phase is Phase.STARTING else "ready"
+            todo = _merge(prefilter.matcher(group).starts(buf, a, b), _pid_lines(scanner, buf, a, b),
+                          _block_heads(scanner, buf, a, b))
+        lines = _LineCounter(buf, a, lineno)
+        done = a                                   # buf[a:done] is read or passed over
+        for at in todo:
+            if at < done:
+                continue
+            at_line = lines.at(at)
+            scanner.pass_over(buf, done, at, at_line)
+            nl = find(b"\n", at, b)
+            if skip := scanner.skip_block(buf, at, at_line):
+                return skip                        # a known repeated error, counted
+            raw = buf[at:nl]
+            if not scanner.skippable(raw):
                 yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
-                if scanner.phase in (Phase.SERVING, Phase.STARTING) or scanner.busy:
-                    return at + len(raw) + 1, at_line + 1
+                if scanner.repeated_tb is not None:
+                    scanner.learn_block(buf, nl + 1, at_line)
+            done = nl + 1
+            if scanner.busy or scanner.phase is Phase.SERVING:
+                return done, at_line + 1
+        scanner.pass_over(buf, done, b, lineno + lines_here)
         lineno += lines_here
         a = b
     return a, lineno
+
+
+def _pid_lines(scanner: LogScanner, buf: bytearray, a: int, b: int) -> list[int]:
+    """The lines of buf[a:b] that show a server process for the first time."""
+    if len(scanner.pids) >= MAX_PIDS:
+        return []
+    return prefilter.new_pid_lines(buf, a, b, scanner.pids, scanner.pid_tokens, scanner.pid_of)
+
+
+def _block_heads(scanner: LogScanner, buf: bytearray, a: int, b: int) -> list[int]:
+    """Where the known repeated error block may start in buf[a:b]: there it is counted whole."""
+    block = scanner.repeats.block
+    if block is None:
+        return []
+    return list(_occurrences(buf, block.head, a, b, at_line_start=True))
+
+
+def _occurrences(buf: bytearray, needle: bytes, a: int, b: int, at_line_start: bool = False) -> Iterator[int]:
+    at = buf.find(needle, a, b)
+    while at >= 0:
+        if not at_line_start or at == a or buf[at - 1] == 10:
+            yield at
+        at = buf.find(needle, at + 1, b)
+
+
+def _merge(*sorted_lists: list[int]) -> list[int]:
+    """Line starts from several sources, in order, each once."""
+    present = [lst for lst in sorted_lists if lst]
+    if len(present) <= 1:
+        return present[0] if present else []
+    return sorted(set().union(*present))
 
 
 def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
@@ -49,12 +101,11 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
     phase changes.
 
     Chunks whose newline count equals their access-marker count are all access lines and are
-    skipped after two C-speed counts. A chunk whose other lines are all repetitive ones —
+    passed over after two C-speed counts. A chunk whose other lines are all repetitive ones —
     preemption warnings, stats lines, admission lines, warnings learned as noise (repeats.py),
     told apart by more counts — is handled without a Python look at each line (see _repeat_chunk).
-    Any other chunk is halved until the pieces are small (see odd_lines) and its odd lines are
-    read one by one. (A line holding two markers could hide one line of its chunk; uvicorn writes
-    the request line once.)
+    In any other chunk the prefilter finds the lines that can matter (see _read_chunk); the rest
+    (DEBUG chatter, blobs, access lines) are passed over unread.
     Returns (position, line number) to resume at.
     """
     a = pos
@@ -68,6 +119,7 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
             cut = buf.rfind(block.head, a, b)
             if cut > a and cut + len(block.data) > b:
                 b = cut
+        pids = _pid_lines(scanner, buf, a, b)
         if storm:
             # Counting the chunk's lines piece by piece between its stats lines numbers them too.
             stats_at, stats_lines, lines_here = _numbered(buf, STATS_MARK, a, b, lineno)
@@ -75,7 +127,8 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
             stats_at, stats_lines, lines_here = None, None, count(b"\n", a, b)
         known = count(ACCESS_MARK, a, b)
         storm = lines_here != known
-        if storm:
+        rest = 1 if pids else 0
+        if storm and not pids:
             if stats_at is None:
                 stats_at, stats_lines, _ = _numbered(buf, STATS_MARK, a, b, lineno)
             pre, stats = count(PREEMPT_MARK, a, b), len(stats_at)
@@ -85,38 +138,79 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
                 if rest <= 0:
                     break
                 rest -= count(marker, a, b)
+            if rest and not scanner.tracebacks:
+                # The other lines may be chatter that holds no anchor (never read, so never learned
+                # as noise): when the prefilter finds no line but the counted ones, the chunk is
+                # repetitive all the same.
+                hits = prefilter.matcher("serving").starts(buf, a, b)
+                if len(hits) <= pre + stats and not _block_heads(scanner, buf, a, b):
+                    rest = 0
             if rest == 0 or (scanner.admissions and rest == count(ADMISSION_MARK, a, b)):
+                rest = 0
                 if blocks:                     # a dead engine's per-request tracebacks, counted whole
                     last = buf.rfind(scanner.repeats.block.data, a, b)
                     scanner.repeats.add_blocks(lineno + lines_here - count(b"\n", last, b), blocks)
                 yield from _repeat_chunk(scanner, buf, a, b, lineno, lines_here, pre, stats_at, stats_lines)
-            else:
-                for at, at_line, raw in odd_lines(buf, a, b, lineno, lines_here):
-                    if PREEMPT_MARK in raw:
-                        yield from scanner.repeated(at_line, raw, PREEMPT_FAMILY)
-                    elif RETRACT_MARK in raw:
-                        yield from scanner.repeated(at_line, raw, "retract")
-                    elif STATS_MARK in raw:
-                        scanner.hold_stats(at_line, raw)
-                    elif ADMISSION_MARK in raw and scanner.admitted() or raw in scanner.noise or \
-                            (not scanner.tracebacks and is_request_log(raw)):
-                        continue
-                    elif skip := scanner.skip_block(buf, at, at_line):
-                        return skip                          # a known repeated error, counted
-                    else:
-                        made = False
-                        for record in scanner.feed(at_line, raw.decode("utf-8", errors="replace")):
-                            made = True
-                            yield record
-                        if not made and scanner.phase is Phase.SERVING and not scanner.busy:
-                            scanner.noise.learn(raw)
-                    if scanner.phase is not Phase.SERVING or scanner.busy:
-                        scanner.chunk = MIN_CHUNK
-                        return at + len(raw) + 1, at_line + 1          # resume just after this line
+        if rest:
+            stop = yield from _read_chunk(scanner, buf, a, b, lineno, pids)
+            if stop is not None:
+                scanner.chunk = MIN_CHUNK
+                return stop
+        else:
+            scanner.pass_over(buf, a, b, lineno + lines_here)
         scanner.chunk = min(CHUNK, scanner.chunk * 2)
         lineno += lines_here
         a = b
     return end, lineno
+
+
+def _read_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int,
+                pids: list[int]) -> Generator[Evidence, None, tuple[int, int] | None]:
+    """Serving: read the lines of buf[a:b] the prefilter picks (and those showing a new server
+    process), passing over the others. Returns where to resume when the phase changed or a
+    record opened (None: the chunk is done)."""
+    find = buf.find
+    if not scanner.admissions and find(ADMISSION_MARK, a, b) >= 0:
+        scanner.admitted()                         # admission lines say nothing new once serving
+    todo = _merge(prefilter.matcher("serving").starts(buf, a, b), pids, _block_heads(scanner, buf, a, b))
+    first_sight = set(pids)
+    lines = _LineCounter(buf, a, lineno)
+    done = a
+    for at in todo:
+        if at < done:
+            continue
+        at_line = lines.at(at)
+        scanner.pass_over(buf, done, at, at_line)
+        nl = find(b"\n", at, b)
+        raw = buf[at:nl]
+        done = nl + 1
+        fed = True
+        if at in first_sight:
+            yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
+        elif ACCESS_MARK in raw or raw in scanner.noise or (not scanner.tracebacks and is_request_log(raw)):
+            fed = False                              # access lines and noise say nothing once serving
+        elif PREEMPT_MARK in raw or RETRACT_MARK in raw:
+            made = scanner.records
+            yield from scanner.repeated(at_line, raw, PREEMPT_FAMILY if PREEMPT_MARK in raw else "retract")
+            fed = scanner.records != made            # counted into its bucket, or read in full
+        elif STATS_MARK in raw or prefilter.is_stats_line(raw):
+            scanner.hold_stats(at_line, raw)
+            fed = False
+        elif skip := scanner.skip_block(buf, at, at_line):
+            return skip                              # a known repeated error, counted
+        else:
+            made = False
+            for record in scanner.feed(at_line, raw.decode("utf-8", errors="replace")):
+                made = True
+                yield record
+            if not made and scanner.phase is Phase.SERVING and not scanner.busy:
+                scanner.noise.learn(raw)
+        if not fed:                                  # its time still counts, as if it had been read
+            scanner.pass_over(buf, at, done, at_line + 1)
+        if scanner.phase is not Phase.SERVING or scanner.busy:
+            return done, at_line + 1                 # resume just after this line
+    scanner.pass_over(buf, done, b, lines.at(b))
+    return None
 
 
 def _repeat_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int, lines_here: int, pre: int,

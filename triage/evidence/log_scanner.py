@@ -60,7 +60,8 @@ class LogScanner:
         self.ctx = ctx
         self.phase = Phase.UNKNOWN
         self.lifecycle_start: datetime | None = None
-        self.last_time: datetime | None = None
+        self._last_time: datetime | None = None
+        self.gap: tuple[bytearray, int, int, bool] | None = None   # lines passed over unread (see pass_over)
         self.tracebacks: dict[Any, _Traceback] = {}
         self.pending: _Pending | None = None
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
@@ -76,12 +77,55 @@ class LogScanner:
         self.noise = NoiseMarkers()
         self.admissions = False          # an admission line was seen while serving: count them per chunk
         self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
+        self.pid_tokens: dict[bytes, int] = {}   # their "pid=N" spellings, for the prefilter's counts
 
     # -- public -------------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
         """Reading a multi-line record: every line counts until it ends."""
         return self.pending is not None or self.summary is not None or bool(self.tracebacks)
+
+    @property
+    def last_time(self) -> datetime | None:
+        """The time of the last line with one, lines passed over included."""
+        if self.gap is not None:
+            self.settle()
+        return self._last_time
+
+    def pid_of(self, raw: bytes) -> int | None:
+        """The server PID a raw line carries, as feed would read it."""
+        return parse_line(raw.decode("utf-8", errors="replace"), self.ctx.times).pid
+
+    def pass_over(self, buf: bytearray, start: int, end: int, next_line: int) -> None:
+        """buf[start:end] (whole lines, the last one just before line `next_line`) is passed over
+        unread: none of its lines could make a record. What they could still change — the first
+        and last time seen — is read from their bytes when it is asked for (see settle)."""
+        if start >= end:
+            return
+        serving = self.phase is Phase.SERVING
+        if self.gap is not None:
+            if self.gap[0] is buf and self.gap[2] == start and self.gap[3] == serving:
+                start = self.gap[1]
+            else:
+                self.settle()
+        self.gap = (buf, start, end, serving)
+        self.fed_line, self.fed_records = next_line - 1, self.records    # that line made no record
+
+    def settle(self) -> None:
+        """Bring the times up to date with the lines passed over (before their buffer is reused)."""
+        if self.gap is None:
+            return
+        from . import prefilter     # only files read in bulk pass lines over
+
+        buf, start, end, serving = self.gap
+        self.gap = None
+        # The lines feed never sees (skippable) leave no time behind.
+        skipped = _skipped_serving if serving else is_request_log
+        if self.lifecycle_start is None:
+            self.lifecycle_start = prefilter.first_time(buf, start, end, self.ctx.times, skipped)
+        when = prefilter.last_time(buf, start, end, self.ctx.times, skipped)
+        if when is not None:
+            self._last_time = when
 
     def skippable(self, raw: bytes) -> bool:
         """Cheap bytes-level test for the lines that dominate big logs and never matter once serving.
@@ -102,8 +146,13 @@ class LogScanner:
             self.quiet_line = self.fed_line       # the line fed before this one made no record
         self.fed_line, self.fed_records = lineno, self.records
         log = parse_line(raw, self.ctx.times)
+        if self.gap is not None:
+            if log.time is None or self.lifecycle_start is None:
+                self.settle()
+            else:
+                self.gap = None      # this line's own time is the last one now
         if log.time is not None:
-            self.last_time = log.time
+            self._last_time = log.time
             if self.lifecycle_start is None:
                 self.lifecycle_start = log.time
         msg = log.message
@@ -183,6 +232,7 @@ class LogScanner:
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
 
     def finish(self) -> Iterator[Evidence]:
+        self.settle()
         yield from self._finish_records()
         self.repeats.close()
         yield from self.stats.flush()
@@ -388,6 +438,10 @@ class LogScanner:
 
     def _advance_phase(self, kind: Kind, fields: dict[str, Any], time: datetime | None) -> None:
         self.phase, self.lifecycle_start = advance_phase(self.phase, self.lifecycle_start, kind, fields, time)
+
+
+def _skipped_serving(raw: bytes) -> bool:
+    return ACCESS_MARK in raw or is_request_log(raw)
 
 
 def _complete(kind: Kind, fields: dict[str, Any]) -> bool:

@@ -1,10 +1,13 @@
 """Server logs (vLLM V0/V1, SGLang, TGI, kernel lines pasted beside them) -> evidence.
 
-Streaming: the file is read in blocks of whole lines into one reused buffer (log_blocks.py);
-while the server serves, the lines that dominate big logs (access lines, preemption warnings,
-stats lines) are counted at C speed (log_fast_path.py); every other line goes to the scanner
-(log_scanner.py), where only lines that carry a known signature, a traceback frame or an
-exception become records. Each record notes the lifecycle phase of its source at that line
+Streaming: the file is read in blocks of whole lines into one reused buffer (log_blocks.py).
+A bulk prefilter (prefilter.py) finds, at C speed, the lines that hold an anchor derived from the
+signature data; only those go to the scanner (log_scanner.py), where lines that carry a known
+signature, a traceback frame or an exception become records, and the rest are passed over
+unread. While the server serves, the lines that dominate big logs (access lines, preemption
+warnings, stats lines) are counted without being read (log_fast_path.py). Inside a multi-line
+record (a traceback) every line is read. Files under PREFILTER_MIN_BYTES are read line by line:
+the same records, without the cost of building the matcher. Each record notes the lifecycle phase of its source at that line
 (starting / ready / serving), which the flowchart needs to tell a start-up OOM from a runtime
 one, and how long the server had been up.
 """
@@ -15,13 +18,16 @@ from typing import Iterator
 from ..model import Evidence, Phase
 from .base import InputFile, ParseContext
 from .log_blocks import BLOCK, iter_blocks
-from .log_fast_path import LEAF, ready_scan, serving_scan
+from .log_fast_path import LEAF
 from .log_fast_path import odd_lines as _odd_lines  # noqa: F401  (its old name, still imported by tests)
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CHUNK, MIN_CHUNK, REQUEST_REJECTED, SERVING_REQUEST,
                            is_request_log, short_path)
 from .log_scanner import MAX_FRAMES, MAX_PIDS, LogScanner
 
 NAME = "log"
+# A file smaller than this is read line by line: building the prefilter's matcher costs more than
+# it saves (tests/test_prefilter.py lowers it to zero: both ways give the same records).
+PREFILTER_MIN_BYTES = 256 * 1024
 
 __all__ = [
     "ACCESS_MARK", "BENIGN_EXCEPTIONS", "BLOCK", "CHUNK", "LEAF", "MAX_FRAMES", "MAX_PIDS", "MIN_CHUNK", "NAME",
@@ -37,20 +43,18 @@ def sniff(head: bytes, name: str) -> int:
 
 def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     scanner = LogScanner(src, ctx)
+    size = None if src.compressed else src.size()
+    bulk = size is None or size >= PREFILTER_MIN_BYTES
+    if bulk:                      # imported here: a small file's classify does not pay for them
+        from .log_fast_path import read_scan, serving_scan
     lineno = 1
     for buf, end in iter_blocks(src, ctx):
         pos = 0
         while pos < end:
-            if scanner.phase is Phase.SERVING and not scanner.busy:
-                pos, lineno = yield from serving_scan(scanner, buf, pos, end, lineno)
+            if bulk and not scanner.busy:
+                scan = serving_scan if scanner.phase is Phase.SERVING else read_scan
+                pos, lineno = yield from scan(scanner, buf, pos, end, lineno)
                 continue
-            if scanner.phase is not Phase.STARTING and not scanner.busy:
-                # Up (or of unknown phase) and not yet serving: probe and scrape lines are skipped
-                # at C speed; a chunk with the first POST is read line by line.
-                at = pos
-                pos, lineno = yield from ready_scan(scanner, buf, pos, end, lineno)
-                if pos != at:
-                    continue
             if not scanner.busy and (skip := scanner.skip_block(buf, pos, lineno)):
                 pos, lineno = skip
                 continue
@@ -61,4 +65,5 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
                 if scanner.repeated_tb is not None:
                     scanner.learn_block(buf, nl + 1, lineno)
             pos, lineno = nl + 1, lineno + 1
+        scanner.settle()                  # the buffer is reused for the next block
     yield from scanner.finish()

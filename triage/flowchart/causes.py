@@ -198,14 +198,27 @@ def actual_usage(ev: EvidenceSet) -> tuple[float, Evidence] | None:
     return best
 
 
+def bug_readings(ctx: Context) -> dict[str, Callable[[], bool]]:
+    """The known-bug conditions this module reads for knowledge.matching_bugs."""
+    return {"other_processes": lambda: other_processes(ctx) is not None}
+
+
 def known_engine_bug(ctx: Context, oom_class: str | None = None) -> Cause | None:
-    hits = knowledge.matching_bugs(ctx, oom_class)
+    hits = knowledge.matching_bugs(ctx, oom_class, bug_readings(ctx))
     if not hits:
         return None
-    bug, rec = hits[0]
+    # A confirmed bug first; a write-up's report is named only when no confirmed one applies.
+    bug, rec = sorted(hits, key=lambda h: not h[0].confirmed)[0]
+    if not bug.confirmed:
+        return Cause("known_engine_bug", f"Reported engine issue, unconfirmed upstream: {bug.title} "
+                                         f"({ctx.engine} {ctx.version})", (rec,) if rec else (),
+                     f"{bug.id}: {bug.effect}; reported for {bug.affected}; source: {bug.source} (no upstream issue, "
+                     "PR or release confirms it: check before acting on it)")
+    fix = f"fixed in {bug.fixed_in}" if bug.fixed_in else "no fixed release yet"
+    workaround = f"; workaround: {bug.workaround}" if bug.workaround else ""
     return Cause("known_engine_bug", f"Known engine bug: {bug.title} ({ctx.engine} {ctx.version})",
-                 (rec,) if rec else (), f"{bug.id}: {bug.effect}; affects {bug.affected}; fixed in "
-                                       f"{bug.fixed_in or 'no release yet'}; source: {bug.source}")
+                 (rec,) if rec else (), f"{bug.id}: {bug.effect}; affects {bug.affected}; {fix}; "
+                                       f"source: {bug.source}{workaround}")
 
 
 DETECTORS: dict[str, Detector] = {

@@ -11,6 +11,7 @@ from typing import Any, Mapping, NamedTuple
 from ..evidence.kinds import Kind
 from ..model import Evidence, EvidenceSet, Verdict
 from .context import Context, first_arg
+from .causes import bug_readings
 from .knowledge import Bug, matching_bugs
 
 
@@ -46,4 +47,5 @@ def incident_of(ctx: Context, verdict: Verdict) -> Incident:
         failure_frames=tuple(ctx.frames_near(failure)) if failure is not None else (),
         stats_before_failure=tuple(ctx.last_before(Kind.STATS.value, failure)),
         gpu_total_bytes=ctx.gpu_total_bytes, block_size=ctx.block_size,
-        known_bugs=tuple(bug for bug, _ in matching_bugs(ctx, verdict.oom_class.value)) if named_bug else ())
+        known_bugs=tuple(bug for bug, _ in matching_bugs(ctx, verdict.oom_class.value, bug_readings(ctx)))
+        if named_bug else ())

@@ -1,11 +1,18 @@
-"""The known-bug knowledge base (triage/data/known_bugs.yaml): version ranges as data, compared
-with `packaging.specifiers`, and the prefix-caching readings the bugs and the classes share."""
+"""The known-bug knowledge base: version ranges as data, compared with `packaging.specifiers`, and
+the prefix-caching readings the bugs and the classes share.
+
+Two files: triage/data/known_bugs_upstream.yaml, each entry confirmed by an upstream issue, PR or
+release with its versions checked; and triage/data/known_bugs.yaml, bugs known from incident
+write-ups. An entry is *confirmed* only from the first file (or with a `verified` note and an
+upstream link): only a confirmed bug raises a verdict's confidence or recommends an upgrade. An
+unconfirmed one is named as a report to check, nothing more.
+"""
 from __future__ import annotations
 
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from ..datafile import entry_label, shape_problem
 from ..evidence.kinds import Kind
@@ -14,6 +21,7 @@ from ..paths import data_file
 from ..units import whole
 
 DATA = data_file("known_bugs.yaml")
+UPSTREAM = data_file("known_bugs_upstream.yaml")
 _MM_MODEL = re.compile(r"(?:vl\b|-vl-|vision|llava|pixtral|mllama|image|multimodal|-mm-|qwen2?\.?5?-?vl|internvl|minicpm-v)", re.I)
 
 
@@ -29,6 +37,8 @@ class Bug(NamedTuple):
     classes: tuple[str, ...]
     effect: str
     source: str
+    confirmed: bool = False      # an upstream issue, PR or release confirms it, versions checked
+    workaround: str = ""
 
 
 #: The conditions a bug entry may require, and what each needs after the colon (None: nothing).
@@ -37,8 +47,17 @@ REQUIREMENTS: dict[str, str | None] = {
     "prefix_caching": None,    # prefix caching on
     "long_context": "int",     # max_model_len (or the context length) at least N tokens
     "concurrency": "int",      # max_num_seqs, or requests running in the stats, at least N
+    "flag": "name",            # the launch sets this argument (to anything but off, none or zero)
+    "at_least": "name:int",    # the launch sets this argument to N or more
+    "speculative_decoding": None,   # a draft model or speculative config in the launch
+    "prefill_decode_split": None,   # a KV-transfer (P/D disaggregation) config in the launch
+    "cuda_graphs": None,       # CUDA graphs on: not eager mode
+    "other_processes": None,   # another process held GPU memory (allocator message, nvidia-smi, start-up check)
+    "frame": "text",           # a frame of the failing stack whose function name contains this
+    "unobservable": None,      # what it needs no log shows: listed for people, never matched
 }
-_KEYS = {"id", "engine", "title", "affected", "fixed_in", "requires", "classes", "effect", "source"}
+_KEYS = {"id", "engine", "title", "affected", "fixed_in", "requires", "classes", "effect", "source",
+         "symptom", "workaround", "fixed_by", "verified", "condition"}
 
 
 class KnowledgeError(ValueError):
@@ -58,23 +77,31 @@ def check_requirement(req: object, where: str) -> str:
     if needs == "int":
         if not arg.strip().isdigit():
             raise KnowledgeError(f"{where}: requirement {name!r} needs a whole number, as in {name}:4096")
+    if needs in ("name", "text") and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
+        raise KnowledgeError(f"{where}: requirement {name!r} needs a name, as in {name}:enable_sleep_mode")
+    if needs == "name:int":
+        setting, _, n = arg.partition(":")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", setting) or not n.isdigit():
+            raise KnowledgeError(f"{where}: requirement {name!r} needs a setting and a number, as in {name}:page_size:2")
     return req
 
 
 @lru_cache(maxsize=1)
 def load_bugs(path: Path = DATA) -> tuple[Bug, ...]:
     """The entries, each checked on load: a typo in a condition, a class or a version range raises
-    instead of disabling the entry. The bundled file is read in its compiled form when current."""
+    instead of disabling the entry. The bundled files are read in their compiled form when current."""
     if path == DATA:
         from ..classes import compiled
 
-        return parse_bugs(compiled.load("known_bugs"), path.name)
+        return (parse_bugs(compiled.load("known_bugs_upstream"), UPSTREAM.name, upstream=True)
+                + parse_bugs(compiled.load("known_bugs"), path.name))
     import yaml  # lazily: only verdicts that reach this check pay for it
 
     return parse_bugs(yaml.safe_load(path.read_text(encoding="utf-8")), path.name)
 
 
-def parse_bugs(raw: Any, name: str = DATA.name) -> tuple[Bug, ...]:
+def parse_bugs(raw: Any, name: str = DATA.name, upstream: bool = False) -> tuple[Bug, ...]:
+    """`upstream`: the file of confirmed bugs, where every entry must say how it was verified."""
     bugs = []
     for i, item in enumerate(raw or []):
         where = entry_label(name, i, item)
@@ -88,9 +115,13 @@ def parse_bugs(raw: Any, name: str = DATA.name) -> tuple[Bug, ...]:
             raise KnowledgeError(f"{where}: unknown class(es) {bad}")
         if not _valid_range(str(item["affected"])):
             raise KnowledgeError(f"{where}: affected {item['affected']!r} is not a version range like '>=0.6.0,<0.7.1'")
+        upstream_link = str(item.get("source", "")).startswith("https://")
+        if upstream and not (item.get("verified") and upstream_link):
+            raise KnowledgeError(f"{where}: a confirmed entry needs its upstream link as source and a verified note")
         bugs.append(Bug(item["id"], item["engine"], item["title"], str(item["affected"]),
                         str(item["fixed_in"]) if item.get("fixed_in") else None, requires, classes,
-                        item.get("effect", ""), item.get("source", "")))
+                        item.get("effect", ""), item.get("source", ""),
+                        confirmed=bool(item.get("verified")) and upstream_link, workaround=item.get("workaround", "")))
     return tuple(bugs)
 
 
@@ -123,7 +154,10 @@ def in_range(version: str, spec: str) -> bool:
     return allowed.contains(".".join(map(str, version_tuple(version))), prereleases=True)
 
 
-def matching_bugs(ctx, oom_class: str | None = None) -> list[tuple[Bug, Evidence | None]]:
+def matching_bugs(ctx, oom_class: str | None = None,
+                  readings: Mapping[str, Callable[[], bool]] | None = None) -> list[tuple[Bug, Evidence | None]]:
+    """The bugs of this engine and version whose conditions all hold. `readings` answers the
+    conditions another module reads (other_processes: triage/flowchart/causes.py)."""
     if not ctx.version:
         return []
     version_rec = ctx.ev.first(Kind.ENGINE_VERSION) or next(
@@ -134,12 +168,12 @@ def matching_bugs(ctx, oom_class: str | None = None) -> list[tuple[Bug, Evidence
             continue
         if oom_class is not None and bug.classes and oom_class not in bug.classes:
             continue
-        if all(_condition(ctx, req) for req in bug.requires):
+        if all(_condition(ctx, req, readings or {}) for req in bug.requires):
             out.append((bug, version_rec))
     return out
 
 
-def _condition(ctx, req: str) -> bool:
+def _condition(ctx, req: str, readings: Mapping[str, Callable[[], bool]]) -> bool:
     name, _, arg = req.partition(":")
     if name == "multimodal":
         args = ctx.args
@@ -155,7 +189,35 @@ def _condition(ctx, req: str) -> bool:
         seqs = _as_int(ctx.arg("max_num_seqs", "max_running_requests", "max_batch_size"))
         running = max((s.fields.get("running") or 0 for s in ctx.ev.of(Kind.STATS)), default=0)
         return max(seqs or 0, int(running)) >= int(arg)
+    if name == "flag":
+        return _set(ctx.args.get(arg))
+    if name == "at_least":
+        setting, _, n = arg.partition(":")
+        value = _as_int(ctx.args.get(setting))
+        return value is not None and value >= int(n)
+    if name == "speculative_decoding":
+        return any(_set(ctx.args.get(k)) for k in ("speculative_config", "speculative_model", "num_speculative_tokens",
+                                                     "speculative_algorithm", "speculative_draft_model_path"))
+    if name == "prefill_decode_split":
+        return any(_set(ctx.args.get(k)) for k in ("kv_transfer_config", "disaggregation_mode"))
+    if name == "cuda_graphs":
+        return not any(_set(ctx.args.get(k)) for k in ("enforce_eager", "disable_cuda_graph"))
+    if name in readings:
+        return readings[name]()
+    if name == "frame":
+        anchor = ctx.primary
+        frames = ctx.frames_near(anchor) if anchor is not None else []
+        return any(arg.lower() in str(f[2]).lower() for f in frames)
+    if name == "unobservable":
+        return False
+    if name in REQUIREMENTS:
+        return False           # a reading the caller did not give: the condition is not shown
     raise KnowledgeError(f"unknown requirement {req!r}")   # load_bugs already refused it
+
+
+def _set(value: Any) -> bool:
+    """A launch argument that is on: given, and not off, none, zero or empty."""
+    return value not in (None, False, 0, "", "None", "none", "False", "false", "0", {}, [])
 
 
 def _as_int(value) -> int | None:
@@ -218,4 +280,6 @@ def prefix_caching_enabled(ctx) -> bool | None:
     if any(s.fields.get("prefix_hit_rate") is not None and s.fields.get("engine") == "vllm"
            and ctx.engine_mode == "v0" for s in ctx.ev.of(Kind.STATS)):
         return True   # V0 prints the hit-rate line only when prefix caching is on
+    if any((s.fields.get("prefix_hit_rate") or 0) > 0 for s in ctx.ev.of(Kind.STATS)):
+        return True   # a cache hit needs a cache (V1 prints the rate, 0% when off)
     return None

@@ -109,6 +109,8 @@ class ModelShape:
     index_bytes: int | None = None      # model.safetensors.index.json metadata.total_size
     index_source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    derived_max_len: int | None = None  # the longest max_model_len vLLM accepts without its override
+    derived_max_key: str = ""           # what it comes from: "max_position_embeddings=131072", ...
 
     @property
     def dtype_bytes(self) -> float:
@@ -250,6 +252,7 @@ def _parse(raw: dict[str, Any], source: str, index_bytes: int | None, index_sour
     max_pos = k.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
                     required=False)
     kinds, window = _layer_kinds(k, layers, model_type)
+    derived, derived_key = _derived_max_len(k, model_type)
     mla = _mla(k)
     partial = k.get("partial_rotary_factor", default=1.0)
     rotary = int((mla.qk_rope_head_dim if mla else head_dim) * (partial if isinstance(partial, (int, float)) else 1))
@@ -264,8 +267,38 @@ def _parse(raw: dict[str, Any], source: str, index_bytes: int | None, index_sour
         norms_per_layer=4 if model_type.startswith(("gemma2", "gemma3")) else 2,
         mla=mla, moe=moe, layer_kinds=kinds, window=window, linear_state=_linear_state(k, hidden),
         vision=_vision(raw, source, hidden), quant=_quant(raw, source), index_bytes=index_bytes,
-        index_source=index_source)
+        index_source=index_source, derived_max_len=derived, derived_max_key=derived_key)
     return shape
+
+
+# vllm/config/model.py:1774-1790 (0.11.0) _get_and_verify_max_len: the smallest of these wins.
+_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def _derived_max_len(k: _Keys, model_type: str) -> tuple[int | None, str]:
+    """The longest max_model_len vLLM accepts for this config without VLLM_ALLOW_LONG_MAX_MODEL_LEN,
+    as `_get_and_verify_max_len` derives it (vllm/config/model.py, 0.11.0): the smallest length
+    key, scaled by rope_scaling's factor except for su/longrope/llama3 and Gemma 3, yarn from
+    original_max_position_embeddings."""
+    found = [(int(v), name) for name in _LENGTH_KEYS
+             if isinstance(v := k.text.get(name), (int, float)) and not isinstance(v, bool) and v > 0]
+    if not found:
+        return None, ""
+    length, key = min(found)
+    text = f"{key}={length:,}"
+    rope = k.get("rope_scaling")
+    if isinstance(rope, dict) and "gemma3" not in model_type:
+        kind = str(rope.get("rope_type") or rope.get("type") or "")
+        factor = rope.get("factor", 1.0)
+        if kind not in ("su", "longrope", "llama3", "") and isinstance(factor, (int, float)) and factor > 0 \
+                and (factor != 1 or kind == "yarn"):
+            if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
+                length = rope["original_max_position_embeddings"]
+                text = f"rope_scaling.original_max_position_embeddings={length:,}"
+            length = int(length * factor)
+            text += f" x rope_scaling factor {factor:g} ({kind})"
+    return length, text
 
 
 def _name(raw: dict[str, Any], source: str) -> str:

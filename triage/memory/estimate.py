@@ -34,6 +34,9 @@ NON_TORCH_MULTI_GPU = int(0.65 * GiB)
 #: A new process's CUDA context, before the engine measures free memory (samples/startup-other-tenant: 79.19 GiB
 #: less 47.20 GiB of another process left 31.44 GiB free).
 CUDA_CONTEXT = int(0.55 * GiB)
+#: NCCL communicators and custom all-reduce buffers created before the profile's snapshot (vLLM >= 0.11): outside the
+#: budget. An estimate (the engines print no figure for it); NCCL_BUFFSIZE is 4 MiB a channel and peer.
+NCCL_SETUP = int(0.4 * GiB)
 #: CUDA graphs captured for up to 512 sequences: vLLM logged 0.39-1.12 GiB for 28-80 decoder layers.
 GRAPH_BYTES_PER_LAYER = 14 * MiB
 
@@ -110,16 +113,33 @@ def profile_peak(shape: ModelShape, tokens: int, seqs: int, tp: int, act_bytes: 
                           f"{kept.basis}")
 
 
-def non_torch(gpus: int, whole_process: bool = False) -> Estimate:
-    """`whole_process`: the engine measures every byte the process holds (vLLM V0), not only what
-    the profile added (V1)."""
-    base = NON_TORCH_V0 if whole_process else NON_TORCH_V1
-    what = (f"CUDA context and workspaces {base / GiB:.2f} GiB (V0's own profile: 0.35 GiB)" if whole_process else
-            f"CUDA context and workspaces {base / GiB:.2f} GiB (V1 start-ups: 0.6-0.9 GiB)")
+def non_torch(gpus: int, basis: str = "dist", v1: bool = True) -> Estimate:
+    """What the profile charges to the budget outside torch, by what the engine version measures
+    (triage/data/vllm_releases.yaml `non_torch`): `device` every byte outside torch on the device,
+    `context` the increase since a snapshot after the CUDA context (NCCL setup included), `dist`
+    the increase since a snapshot after distributed init (workspaces and NCCL's lazy buffers)."""
+    base = NON_TORCH_V1 if v1 else NON_TORCH_V0
+    seen = "V1 start-ups: 0.6-0.9 GiB" if v1 else "V0's own profile: 0.35 GiB"
+    what = (f"CUDA context and workspaces {base / GiB:.2f} GiB ({seen})"
+            if basis == "device" else f"workspaces the profile adds {base / GiB:.2f} GiB (V1 start-ups: 0.6-0.9 GiB)")
     if gpus > 1:
         return Estimate(base + NON_TORCH_MULTI_GPU,
                         f"{what} + NCCL and all-reduce buffers {NON_TORCH_MULTI_GPU / GiB:.2f} GiB")
     return Estimate(base, what)
+
+
+def outside_budget(gpus: int, basis: str) -> Estimate:
+    """Memory the server holds that the profile does not charge to the budget: the CUDA context
+    where the snapshot is taken after it, and NCCL's communicators where it is taken after
+    distributed init. It sits in what gpu_memory_utilization leaves of the card."""
+    parts, total = [], 0
+    if basis in ("context", "dist"):
+        total += CUDA_CONTEXT
+        parts.append(f"CUDA context {CUDA_CONTEXT / GiB:.2f} GiB")
+    if basis == "dist" and gpus > 1:
+        total += NCCL_SETUP
+        parts.append(f"NCCL communicators and all-reduce setup {NCCL_SETUP / GiB:.2f} GiB")
+    return Estimate(total, " + ".join(parts) if parts else "none: this version charges the whole device to the budget")
 
 
 def cuda_graphs(shape: ModelShape, pp: int) -> Estimate:

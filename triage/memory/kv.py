@@ -73,9 +73,11 @@ class KvLayout:
 
 
 def layout(shape: ModelShape, element_bytes: float, *, tp: int = 1, pp: int = 1, block: int = DEFAULT_BLOCK,
-           windows: bool = True) -> KvLayout:
+           windows: bool = True, mla: bool = True, mla_head_size: str | int | None = None) -> KvLayout:
     """The KV cache of `shape` on the busiest GPU. `windows=False`: sliding-window and chunked
-    layers are given a full cache (engines without a hybrid KV allocator)."""
+    layers are given a full cache (engines without a hybrid KV allocator). `mla=False`: an MLA
+    model cached as full K and V for every head (engines before latent-cache support), each head
+    `mla_head_size` wide (an int, or "qk": qk_nope_head_dim + qk_rope_head_dim)."""
     kinds = shape.layer_kinds or ("full",) * shape.layers
     stage = math.ceil(len(kinds) / pp)
     if pp > 1:      # stages split the layers evenly: the one with the most full-attention layers is the busiest
@@ -84,7 +86,15 @@ def layout(shape: ModelShape, element_bytes: float, *, tp: int = 1, pp: int = 1,
     attn_full = sum(1 for k in kinds if k == "full" or (not windows and k in ("sliding", "chunked")))
     attn_win = sum(1 for k in kinds if windows and k in ("sliding", "chunked"))
     linear = sum(1 for k in kinds if k in ("linear", "mamba"))
-    if shape.mla:
+    if shape.mla and not mla:
+        m = shape.mla
+        width = mla_head_size if isinstance(mla_head_size, int) else m.qk_nope_head_dim + m.qk_rope_head_dim
+        heads = max(1, shape.heads // tp)
+        per_layer = 2 * heads * width * element_bytes
+        formula = (f"2 (K and V) x {{layers}} layers x {heads} heads ({shape.heads} / {tp} GPUs) x {width} head size "
+                   f"x {element_bytes:g} bytes (MLA model cached as full K and V per head: this engine version has "
+                   "no latent cache)")
+    elif shape.mla:
         m = shape.mla
         per_layer = (m.kv_lora_rank + m.qk_rope_head_dim) * element_bytes
         heads = 0

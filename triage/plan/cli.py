@@ -25,7 +25,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
 @click.option("--model", "model", required=True, metavar="CONFIG.json|MODEL_DIR",
               help="The model's Hugging Face config.json, or the folder holding it (and model.safetensors.index.json).")
 @click.option("--gpu", "gpu_text", required=True, metavar="NAME|BYTES",
-              help="A GPU by name (A100-80GB, H100, H200, L4, L40S, ...) or the card's memory (85899345920, 80GiB).")
+              help="A GPU by name (A100-80GB, H100, H200, L4, L40S, ...), a card class (80GB: the smallest card sold "
+                   "as 80 GB, with a note) or the card's total as CUDA reports it (85899345920, 79.18GiB).")
 @click.option("--tp", "--tensor-parallel-size", "tp", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Tensor-parallel GPUs.")
 @click.option("--pp", "--pipeline-parallel-size", "pp", type=click.IntRange(1, 1024), default=1, show_default=True,
@@ -34,6 +35,8 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
 @click.option("--kv-cache-dtype", metavar="DTYPE", help="KV-cache dtype: auto (the model's), fp8, fp8_e4m3, fp8_e5m2.")
 @click.option("--quantization", metavar="METHOD", help="Quantisation of an unquantised checkpoint (fp8, awq, gptq, ...).")
 @click.option("--max-model-len", type=click.IntRange(1, 1 << 26), help="Longest sequence (default: the model's).")
+@click.option("--allow-long-max-model-len", "allow_long", is_flag=True,
+              help="As VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: accept a --max-model-len past the model's maximum.")
 @click.option("--max-num-seqs", type=click.IntRange(1, 1 << 20), help="Sequences at once (default: the engine's).")
 @click.option("--max-num-batched-tokens", type=click.IntRange(1, 1 << 26), help="Tokens in one forward pass.")
 @click.option("--gpu-memory-utilization", "util", type=click.FloatRange(0, 1, min_open=True),
@@ -41,12 +44,14 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
 @click.option("--other-tenants-bytes", "tenants", callback=_size, metavar="BYTES",
               help="Memory other processes hold on each GPU (bytes, or e.g. 4GiB).")
 @click.option("--engine", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True)
-@click.option("--engine-version", metavar="VERSION", help="Size as this engine version does (default: the newest).")
+@click.option("--engine-version", metavar="VERSION",
+              help="Size as this engine version does: the newest release at or below it that the plan has read "
+                   "(default: the newest it has read; the output names the release).")
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph).")
 @click.option("--json", "as_json", is_flag=True, help="Print the triage.plan/v1 JSON object.")
 def plan(model: str, gpu_text: str, tp: int, pp: int, dtype: str | None, kv_cache_dtype: str | None,
          quantization: str | None, max_model_len: int | None, max_num_seqs: int | None,
-         max_num_batched_tokens: int | None, util: float | None, tenants: int, engine: str,
+         max_num_batched_tokens: int | None, allow_long: bool, util: float | None, tenants: int, engine: str,
          engine_version: str | None, enforce_eager: bool, as_json: bool) -> None:
     """Will MODEL with these flags fit GPU? The weights, KV cache and start-up arithmetic from the
     model's config.json, a verdict (fits, tight, will fail at start-up, will fail under a burst),
@@ -67,8 +72,12 @@ def plan(model: str, gpu_text: str, tp: int, pp: int, dtype: str | None, kv_cach
     req = Request(tp=tp, pp=pp, dtype=dtype.lower() if dtype else None, kv_cache_dtype=kv_cache_dtype,
                   quantization=quantization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                   max_num_batched_tokens=max_num_batched_tokens, util=util, tenants=tenants,
-                  enforce_eager=enforce_eager)
-    result = make_plan(shape, gpu, req, sizing(engine, engine_version), model)
+                  enforce_eager=enforce_eager, allow_long=allow_long)
+    try:
+        engine_sizing = sizing(engine, engine_version)
+    except TriageError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1], param_hint="--engine-version") from None
+    result = make_plan(shape, gpu, req, engine_sizing, model)
     if as_json:
         from ..output import echo_json
         from .render import to_json

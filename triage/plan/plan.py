@@ -8,13 +8,13 @@ the concurrency it allows at max_model_len and the burst that fills it follow.
 The verdict, first match wins:
   will_fail_at_startup   the start-up checks of the engine refuse it, or an allocation of the
                          start-up itself (weights, graph capture) cannot fit;
-  will_fail_under_burst  it starts, but what is left of the card outside the engine's budget is
-                         under the margin a burst's activation spikes, NCCL and allocator slack
-                         need (thresholds util_no_headroom: 5% of the card);
+  will_fail_under_burst  it starts, but what is left of the card outside the engine's budget
+                         cannot take one more activation peak (burst.py: likelihood high);
   tight                  it starts and survives a burst, but a burst of max_num_seqs sequences
                          fills the KV cache before each reaches max_model_len (the engine then
                          preempts: requests stall, nothing crashes), or the KV cache holds one
-                         max_model_len sequence only within the estimates' error;
+                         max_model_len sequence only within the estimates' error, or a burst
+                         OOM is moderately likely (burst.py);
   fits                   otherwise.
 """
 from __future__ import annotations
@@ -31,16 +31,13 @@ from ..memory.kv import KvLayout, layout
 from ..memory.precision import QUANT_OPTIONS, dtype_bytes, kv_dtype_bytes, quant_bytes, weight_bytes
 from ..memory.weights import weights as weights_of
 from ..model import Recommendation
-from ..thresholds import FREE_MARGIN, TABLE
+from ..thresholds import FREE_MARGIN
+from . import burst as burst_model
+from .checks import refusals
 from .engines import Sizing
 from .gpus import Gpu
 
-GiB = 1 << 30
-FITS, TIGHT, FAILS_STARTUP, FAILS_BURST = "fits", "tight", "will_fail_at_startup", "will_fail_under_burst"
-VERDICT_TEXT = {FITS: "fits", TIGHT: "tight", FAILS_STARTUP: "will fail at start-up",
-                FAILS_BURST: "will fail under a burst"}
-#: What is left of the card outside the engine's budget must be at least this share for a burst.
-BURST_MARGIN = round(1 - TABLE["util_no_headroom"].value, 4)
+from .verdicts import FAILS_BURST, FAILS_STARTUP, FITS, GiB, TIGHT, VERDICT_TEXT, gib  # noqa: F401 (re-exported)
 #: The share of the estimated parts a fit must clear before it is called more than tight.
 ESTIMATE_ERROR = 0.10
 
@@ -60,6 +57,7 @@ class Request:
     util: float | None = None
     tenants: int = 0
     enforce_eager: bool = False
+    allow_long: bool = False        # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
 
 
 @dataclass(frozen=True)
@@ -90,6 +88,8 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)
     burst: tuple[int, int] | None = None
     free_at_start: int | None = None
+    risk: burst_model.Burst | None = None
+    refused: list[str] = field(default_factory=list)
 
     def value(self, name: str) -> Any:
         return self.settings[name][0]
@@ -111,10 +111,7 @@ class Plan:
     rows: list[Outcome]
     smallest_runs: Gpu | None       # starts and survives a burst (fits or tight)
     smallest_fits: Gpu | None
-
-
-def gib(n: float) -> str:
-    return f"{n / GiB:.2f} GiB"
+    alternatives: list[Any] = field(default_factory=list)
 
 
 # --- precision ------------------------------------------------------------------------------------
@@ -152,8 +149,8 @@ def precision(shape: ModelShape, req: Request) -> tuple[float, str, float | None
 def settings_for(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> dict[str, tuple[Any, str]]:
     if req.max_model_len:
         length = (req.max_model_len, "--max-model-len")
-    elif shape.max_position:
-        length = (shape.max_position, "config.json max_position_embeddings (the engine's default)")
+    elif shape.derived_max_len:
+        length = (shape.derived_max_len, f"the engine's default: the model's maximum ({shape.derived_max_key})")
     else:
         raise TriageError(f"{shape.source}: no max_position_embeddings: give --max-model-len")
     defaults = sizing.defaults(gpu.memory, gpu.a100, length[0], req.tp, req.pp)
@@ -173,11 +170,14 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     seqs, tokens = int(s["max_num_seqs"][0]), int(s["max_num_batched_tokens"][0])
     gpus = req.tp * req.pp
     w = weights_of(shape, dtype_bytes=size, quant_bytes=qsize, quant_text=qwhy, tp=req.tp, pp=req.pp)
-    kvl = layout(shape, kv_size, tp=req.tp, pp=req.pp, block=1 if sizing.engine == "sglang" else 16,
-                 windows=sizing.windows)
+    sg = sizing.engine == "sglang"
+    kvl = layout(shape, kv_size, tp=req.tp, pp=req.pp, block=1 if sg else 16, windows=sizing.windows,
+                 mla=sg or sizing.mla, mla_head_size=sizing.mla_head_size)
     sampled = min(seqs, tokens) if sizing.engine == "vllm" else min(seqs, 256)
     peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size)
-    other = estimate.non_torch(gpus, whole_process=sizing.engine == "vllm" and not sizing.v1)
+    basis = "dist" if sg else sizing.non_torch
+    other = estimate.non_torch(gpus, basis, v1=sg or sizing.v1)
+    fixed_out = estimate.Estimate(0, "") if sg else estimate.outside_budget(gpus, basis)
     graphs = estimate.Estimate(0, "none: --enforce-eager") if req.enforce_eager else estimate.cuda_graphs(shape, req.pp)
     budget = int(util * total)
     f: dict[str, Figure] = {}
@@ -192,10 +192,14 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     share = "mem_fraction_static" if sizing.engine == "sglang" else "gpu_memory_utilization"
     put("budget", "engine budget", budget, "bytes", gpu.estimated, f"{share} {util:g} x {gib(total)} ({gpu.source})")
     put("profile_peak", "profiling peak (activations)", peak.bytes, "bytes", True, peak.basis)
-    put("non_torch", "non-torch memory", other.bytes, "bytes", True, other.basis)
+    put("non_torch", "non-torch memory", other.bytes, "bytes", True,
+        other.basis + ("" if sg else f" (counted as this version measures it: {sizing.non_torch}; "
+                                     f"{sizing.sources.get('non_torch', '')})"))
+    if fixed_out.bytes:
+        put("outside_budget", "held outside the budget", fixed_out.bytes, "bytes", True, fixed_out.basis)
     graphs_in = sizing.engine == "vllm" and sizing.graphs_in_budget
-    where = "inside the budget (profiled since vLLM 0.21)" if graphs_in else \
-        "outside the budget (captured after the KV cache is sized)"
+    where = (("inside the budget" if graphs_in else "outside the budget (captured after the KV cache is sized)")
+             + (f"; {sizing.sources['cuda_graphs']}" if sizing.sources.get("cuda_graphs") else ""))
     put("cuda_graphs", "CUDA graphs", graphs.bytes, "bytes", bool(graphs.bytes),
         f"{graphs.basis}; {where}" if graphs.bytes else graphs.basis)
     if tenants:
@@ -235,7 +239,13 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
         + (" - the profiling peak (SGLang runs activations outside mem_fraction_static)" if sizing.engine == "sglang"
            else ""))
     out = Outcome(gpu, s, f, kvl, pool, headroom, one, capacity, concurrency, longest, reasons=reasons,
-                  free_at_start=free_at_start if tenants else None)
+                  free_at_start=free_at_start if tenants else None,
+                  refused=[] if sg else refusals(shape, req.tp, length, req.allow_long))
+    held = [("other processes", tenants if sizing.v1 and not sg else 0),
+            ("CUDA graphs captured after the KV cache", 0 if graphs_in else graphs.bytes),
+            ("what the profile does not charge (" + fixed_out.basis + ")", fixed_out.bytes)]
+    out.risk = burst_model.assess(total, budget, held, peak.bytes)
+    put("burst_spare", "spare outside the budget for a burst", out.risk.spare, "bytes", True, out.risk.arithmetic)
     _verdict(out, shape, req, sizing, w.per_gpu, budget, peak.bytes + other.bytes + graphs.bytes, graphs.bytes)
     return out
 
@@ -244,10 +254,7 @@ def _verdict(o: Outcome, shape: ModelShape, req: Request, sizing: Sizing, weight
              estimated: int, graphs: int) -> None:
     total, tenants = o.gpu.memory, req.tenants
     length, seqs = int(o.value("max_model_len")), int(o.value("max_num_seqs"))
-    start: list[str] = []
-    if shape.max_position and length > shape.max_position and sizing.engine == "vllm":
-        start.append(f"max_model_len {length:,} is above the model's max_position_embeddings "
-                     f"{shape.max_position:,}: vLLM refuses it")
+    start: list[str] = list(o.refused)
     if weights > total - tenants:
         start.append(f"the weights alone ({gib(weights)} per GPU) do not fit the card's {gib(total)}" if not tenants else
                      f"the weights alone ({gib(weights)} per GPU) do not fit the {gib(total - tenants)} other "
@@ -273,19 +280,21 @@ def _verdict(o: Outcome, shape: ModelShape, req: Request, sizing: Sizing, weight
     if start:
         o.verdict, o.reasons = FAILS_STARTUP, start
         return
-    margin = int(BURST_MARGIN * total)
     if o.capacity < seqs * length:
         o.burst = (seqs, max(1, o.capacity // seqs))
-    if o.headroom < margin:
+    risk = o.risk
+    if risk is not None and risk.likelihood == burst_model.HIGH:
         n, l = o.burst or (seqs, length)
         fills = "fills the KV cache and drives" if o.burst else "(max_num_seqs at max_model_len) drives"
         o.verdict = FAILS_BURST
-        o.reasons = [f"only {gib(max(o.headroom, 0))} of the card is left outside the engine's budget, under the "
-                     f"{BURST_MARGIN:.0%} ({gib(margin)}) a burst needs for activation spikes, NCCL and allocator slack "
-                     f"(thresholds util_no_headroom); a burst of {n:,} x {l:,} tokens {fills} the engine to its peak"]
+        o.reasons = [f"burst OOM likelihood high: {risk.arithmetic}; a burst of {n:,} x {l:,} tokens {fills} the "
+                     "engine to its peak"]
         o.burst = (n, l)
         return
     tight = []
+    if risk is not None and risk.likelihood == burst_model.MODERATE:
+        tight.append(f"burst OOM likelihood moderate: {risk.arithmetic}; one prefill the allocator cannot place in "
+                     "reused blocks fits, two do not")
     if o.burst:
         n, l = o.burst
         tight.append(f"a burst of {n:,} sequences x {l:,} tokens fills the KV cache ({o.capacity:,} tokens) before "
@@ -314,15 +323,20 @@ def make_plan(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing, model_a
     main = evaluate(shape, gpu, req, sizing)
     rows = [evaluate(shape, g, replace(req, tenants=0), sizing) for g in table()]     # each a GPU of its own
     recs = recommend(shape, main, req, sizing, rows)
+    from .alternatives import alternatives
+
     return Plan(shape, req, sizing, main, assumptions(shape, main, req, sizing), recs,
                 command(shape, main, req, sizing, recs, model_arg), rows,
                 next((r.gpu for r in rows if r.verdict in (FITS, TIGHT)), None),
-                next((r.gpu for r in rows if r.verdict == FITS), None))
+                next((r.gpu for r in rows if r.verdict == FITS), None),
+                alternatives(shape, main, req, sizing, evaluate))
 
 
 def assumptions(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> list[str]:
     size, size_why, _, qwhy, kv_size, kv_why = precision(shape, req)
-    out = [f"engine: {sizing.label}", f"weights in {size_why}" + (f"; quantised: {qwhy}" if qwhy else ""),
+    out = [f"engine: {sizing.label}"]
+    out += [f"{what}: {src}" for what, src in sizing.sources.items()]
+    out += [f"weights in {size_why}" + (f"; quantised: {qwhy}" if qwhy else ""),
            f"KV cache in {kv_why}: {kv_size:g} bytes per element",
            "KV blocks of 16 tokens (vLLM's default)" if sizing.engine == "vllm" else "KV pages of one token (SGLang)"]
     for name, (value, origin) in o.settings.items():
@@ -331,6 +345,13 @@ def assumptions(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> 
             out[-1] += f": {origin}"
     if req.tp > 1 or req.pp > 1:
         out.append(f"{req.tp} tensor-parallel x {req.pp} pipeline GPU(s): the figures are for the busiest GPU")
+    if shape.mla and sizing.engine == "vllm" and not sizing.mla:
+        out.append("MLA model cached as full K and V per head: this vLLM version predates its latent cache "
+                   f"({sizing.sources.get('mla', '')})")
+    if o.gpu.note:
+        out.append(o.gpu.note)
+    if req.allow_long:
+        out.append("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1: lengths past the model's maximum are accepted")
     if o.kv.window and not sizing.windows:
         out.append("sliding-window layers get a full KV cache (this vLLM version has no hybrid KV allocator)")
     if shape.vision:
@@ -350,7 +371,7 @@ def recommend(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, rows:
     now, cur, base = o, req, req
     if o.verdict == FAILS_STARTUP:
         makers = []
-        for step in (_fix_tenants, _fix_weights, _fix_length, _fix_graphs):
+        for step in (_fix_refusal, _fix_tenants, _fix_weights, _fix_length, _fix_graphs):
             if now.verdict != FAILS_STARTUP:
                 break
             got = step(shape, now, cur, sizing)
@@ -365,15 +386,10 @@ def recommend(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, rows:
         if now.verdict == FAILS_STARTUP:
             return [r for r in out if r.manual]          # no launch change alone makes it start
     if now.verdict == FAILS_BURST:
-        util = float(now.value("gpu_memory_utilization"))
-        for target in (0.92, 0.9, 0.88, 0.85, 0.8):
-            lower = evaluate(shape, o.gpu, replace(cur, util=target), sizing) if target < util else None
-            if lower is not None and lower.verdict in (FITS, TIGHT):
-                out.append(Recommendation("gpu_memory_utilization", util, target, (
-                    f"leaves {gib(lower.headroom)} outside the budget, at least the {BURST_MARGIN:.0%} of the card a "
-                    f"burst needs, and still {gib(lower.pool)} of KV cache ({lower.capacity:,} tokens)"), "plan"))
-                now = lower
-                break
+        best = _burst_fix(shape, now, cur, sizing)
+        if best is not None:
+            out.append(best[0])
+            now = best[1]
     seqs, length = int(now.value("max_num_seqs")), int(now.value("max_model_len"))
     # A cap of one sequence serves nobody well: there the length is what to cut (the P99, not the maximum).
     if now.burst and 2 <= now.max_num_seqs_supported < seqs:
@@ -385,8 +401,54 @@ def recommend(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, rows:
     return out
 
 
+def _burst_fix(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> tuple[Recommendation, Outcome] | None:
+    """The change that makes a burst OOM unlikely and keeps the most KV cache: a lower
+    gpu_memory_utilization (more room outside the budget) or fewer tokens a step (a smaller peak)."""
+    util, tokens = float(o.value("gpu_memory_utilization")), int(o.value("max_num_batched_tokens"))
+    tried: list[tuple[str, float | int, float | int, Outcome]] = []
+    for target in (0.92, 0.9, 0.88, 0.85, 0.8):
+        if target < util:
+            tried.append(("gpu_memory_utilization", util, target, evaluate(shape, o.gpu, replace(req, util=target), sizing)))
+    for target in (8192, 4096, 2048):
+        if target < tokens:
+            tried.append(("max_num_batched_tokens", tokens, target,
+                          evaluate(shape, o.gpu, replace(req, max_num_batched_tokens=target), sizing)))
+    ok = [t for t in tried if t[3].verdict in (FITS, TIGHT)]
+    if not ok:
+        return None
+    setting, old, new, got = max(ok, key=lambda t: (t[3].capacity, -abs(t[2] - t[1])))
+    risk = got.risk
+    return Recommendation(setting, old, new, (
+        f"burst OOM likelihood {risk.likelihood if risk else '?'}: {risk.arithmetic if risk else ''}; still "
+        f"{gib(got.pool)} of KV cache ({got.capacity:,} tokens)"), "plan"), got
+
+
 # A start-up fix: (the Recommendation, made from the outcome it leads to; the changed Request).
 Fix = tuple[Callable[[Outcome], Recommendation], Request]
+
+
+def _fix_refusal(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> Fix | None:
+    """A configuration vLLM refuses: the nearest tensor parallelism its heads allow (the smallest
+    that starts), or the model's own maximum length."""
+    from .checks import nearest_valid_tp, valid_tp
+
+    if not o.refused:
+        return None
+    if not valid_tp(shape, req.tp):
+        for tp in nearest_valid_tp(shape, req.tp):
+            got = evaluate(shape, o.gpu, replace(req, tp=tp), sizing)
+            if got.verdict != FAILS_STARTUP or not [r for r in got.refused]:
+                return (lambda new, tp=tp: Recommendation("tensor_parallel_size", req.tp, tp, (
+                    f"{shape.heads} attention heads and {shape.kv_heads} KV heads split evenly over {tp} GPUs"
+                    f"{_together(new)}"), "plan"), replace(req, tp=tp))
+        return None
+    derived = shape.derived_max_len
+    length = int(o.value("max_model_len"))
+    if derived and length > derived:
+        return (lambda new: Recommendation("max_model_len", length, derived, (
+            f"the model's own maximum ({shape.derived_max_key}); a longer one needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            f"and positions past it give wrong output{_together(new)}"), "plan"), replace(req, max_model_len=derived))
+    return None
 
 
 def _fix_tenants(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> Fix | None:
@@ -408,7 +470,11 @@ def _fix_weights(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) ->
     else the fewest that leave any KV cache."""
     if o.pool > 0:
         return None
-    tried = [(tp, evaluate(shape, o.gpu, replace(req, tp=tp), sizing)) for tp in (2, 4, 8) if tp > req.tp]
+    from ..memory.levers import TP_OPTIONS
+    from .checks import valid_tp
+
+    tried = [(tp, evaluate(shape, o.gpu, replace(req, tp=tp), sizing)) for tp in TP_OPTIONS
+             if tp > req.tp and valid_tp(shape, tp)]
     best = next((tp for tp, t in tried if t.verdict != FAILS_STARTUP), None) or \
         next((tp for tp, t in tried if t.pool > 0), None)
     if best is None:
@@ -506,4 +572,6 @@ def command(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, recs: l
     rebuilt = rebuild([record], sizing.engine, sizing.version, None)
     argv = rebuilt.argv if rebuilt else ["vllm", "serve", model]
     argv, env = apply_changes(argv, recs, sizing.engine, sizing.version, None)
+    if req.allow_long and not sg:
+        env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", **env}
     return " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + [shlex.join(argv)])

@@ -36,8 +36,10 @@ def _rec_line(rec: Recommendation) -> str:
 def text_lines(plan: Plan) -> list[str]:
     """The plan as paragraphs: each a line to be wrapped with a hanging indent."""
     o, shape = plan.outcome, plan.shape
-    lines = [f"{shape.name} on {o.gpu.name} ({gib(o.gpu.memory)}), {plan.sizing.label}",
-             f"verdict: {headline(plan)}"]
+    lines = [f"{shape.name} on {o.gpu.name} ({gib(o.gpu.memory)}), {plan.sizing.label}"]
+    if o.gpu.note:
+        lines.append(f"note: {o.gpu.note}")
+    lines.append(f"verdict: {headline(plan)}" + (f" (burst OOM likelihood {o.risk.likelihood})" if o.risk else ""))
     lines += [f"  - {r}" for r in o.reasons]
     lines.append("")
     lines.append("memory per GPU (computed from config.json, or estimated with the basis shown):")
@@ -45,6 +47,10 @@ def text_lines(plan: Plan) -> list[str]:
         lines.append(f"  {_amount(fig)}  {fig.label} ({'estimated' if fig.estimated else 'computed'}; {fig.basis})")
     if plan.recommendations:
         lines += ["", "recommendations:"] + [f"  - {_rec_line(r)}" for r in plan.recommendations]
+    if plan.alternatives:
+        lines += ["", "alternatives that fit, best first (each alone, checked by sizing the plan again):"]
+        lines += [f"  - {a.setting} {a.from_value} -> {a.to_value}{' (by hand)' if a.manual else ''}: "
+                  f"{_SHORT[a.verdict]}; {a.arithmetic}" for a in plan.alternatives]
     lines += ["", "command:", f"  {plan.command}", "", "assumptions:"] + [f"  - {a}" for a in plan.assumptions]
     lines += ["", "GPU table (these flags on a GPU of its own; the GPU's own defaults where a flag is not given):"]
     lines += table(plan)
@@ -83,16 +89,24 @@ def to_json(plan: Plan) -> dict[str, Any]:
                   "experts": shape.moe.experts if shape.moe else None,
                   "quantization": shape.quant.text if shape.quant else None},
         "gpu": {"name": o.gpu.name, "memory_bytes": o.gpu.memory, "source": o.gpu.source,
-                "estimated": o.gpu.estimated},
-        "engine": {"name": plan.sizing.engine, "version": plan.sizing.version, "sizing": plan.sizing.label},
+                "estimated": o.gpu.estimated, "nvidia_smi_mib": o.gpu.smi_mib, "note": o.gpu.note or None},
+        "engine": {"name": plan.sizing.engine, "version": plan.sizing.version, "sizing": plan.sizing.label,
+                   "sized_as": plan.sizing.release.version if plan.sizing.release else None,
+                   "sources": dict(plan.sizing.sources)},
         "settings": {k: {"value": v, "origin": why} for k, (v, why) in o.settings.items()} | _flags(plan),
         "figures": {f.key: {"value": f.value, "unit": f.unit, "label": "estimated" if f.estimated else "computed",
                             "what": f.label, "basis": f.basis} for f in o.figures.values()},
         "verdict": {"result": o.verdict, "text": headline(plan), "reasons": list(o.reasons),
                     "burst": {"sequences": o.burst[0], "tokens": o.burst[1]} if o.burst else None,
+                    "burst_likelihood": o.risk.likelihood if o.risk else None,
+                    "burst_arithmetic": o.risk.arithmetic if o.risk else None,
+                    "refused_by_engine": list(o.refused),
                     "fails": o.verdict in (FAILS_STARTUP, FAILS_BURST)},
         "recommendations": [{"setting": r.setting, "from": r.from_value, "to": r.to_value, "why": r.why,
                              "basis": r.basis, "manual": r.manual} for r in plan.recommendations],
+        "alternatives": [{"setting": a.setting, "from": a.from_value, "to": a.to_value, "verdict": a.verdict,
+                          "kv_tokens": a.kv_tokens, "arithmetic": a.arithmetic, "manual": a.manual}
+                         for a in plan.alternatives],
         "command": plan.command,
         "assumptions": list(plan.assumptions),
         "gpus": [_row(r, plan) for r in plan.rows],

@@ -20,7 +20,10 @@ What the drawing promises a reader (the legend under the plot says it too):
 - labels have a white box behind them sized from the text (no `paint-order` halo, which
   renderers other than browsers paint over the text), so the chart reads in cairosvg, rsvg,
   Inkscape as in a browser;
-- dotted verticals are the key moments, named at the top and listed with their times below.
+- dotted verticals are the key moments, named in a band above the plot (never over the data or
+  each other) and listed with their times below;
+- the time axis is at least MIN_SPAN_S wide with a margin at each end, and its ticks go down to
+  seconds: a drill over in seconds still gets time labels and readings spread out.
 """
 from __future__ import annotations
 
@@ -40,6 +43,9 @@ GAP_FACTOR = 3                        # a gap over this many usual intervals bre
 RELEASED = 5.0                        # GPU memory under this % of the card: released (crash, restart)
 STRIP = 24                            # px under the axis break where released readings sit
 NOTE_ROW = 16                         # px per line of the legend's notes
+LABEL_ROW = 13                        # px per row of moment labels, in their band above the plot
+MIN_SPAN_S = 20.0                     # the time axis is never narrower (a drill can be over in seconds)
+MARGIN = 0.03                         # of the span, left blank at each end of the time axis
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 
@@ -146,13 +152,20 @@ def build_chart(evidence: EvidenceSet, markers: Sequence[Marker] = (), title: st
                      "no GPU memory or KV-cache readings in the evidence (attach nvidia-smi readings, "
                      "/metrics scrapes or the vLLM log with its stats lines)")
     times = [p.time for s in series for p in s.points] + [m.time for m in markers]
-    start, end = min(times), max(times)
-    if end <= start:
-        end = start + timedelta(minutes=1)
+    start, end = _window(min(times), max(times))
     panels = _panels(series, budget)
     svg = _svg(panels, list(markers), start, end, title)
     what = " and ".join(p.title.split(" (")[0] for p in panels)
     return Chart(series, list(markers), svg, f"{what}, {_hm(start)} to {_hm(end)} UTC", _caption(panels, markers))
+
+
+def _window(first: datetime, last: datetime) -> tuple[datetime, datetime]:
+    """The time axis: the readings and moments with a margin, so nothing sits on the frame, and
+    at least MIN_SPAN wide, so a drill over in seconds is spread out rather than a dot on the axis."""
+    span = max((last - first).total_seconds(), MIN_SPAN_S)
+    middle = first + (last - first) / 2
+    half = timedelta(seconds=span * (0.5 + MARGIN))
+    return middle - half, middle + half
 
 
 def _caption(panels: list[_Panel], markers: Sequence[Marker]) -> str:
@@ -222,42 +235,45 @@ def _svg(panels: list[_Panel], markers: list[Marker], start: datetime, end: date
     span = (end - start).total_seconds()
     plot_w = WIDTH - LEFT - RIGHT
     panel_h, gap = (PLOT_H if len(panels) == 1 else 150), 40
-    axis_y = TOP + len(panels) * panel_h + (len(panels) - 1) * gap
+
+    def x(t: datetime) -> float:
+        return LEFT + plot_w * (t - start).total_seconds() / span
+
+    # The moments' names sit in a band of their own above the first panel: never on the data,
+    # never on each other (moments seconds apart take rows one under the other).
+    placed = _place_labels([(x(m.time), m.label) for m in markers], plot_w)
+    band = (max(row for _, row, _, _ in placed) + 1) * LABEL_ROW + 4 if placed else 0
+    top0 = TOP + band
+    axis_y = top0 + len(panels) * panel_h + (len(panels) - 1) * gap
     legend = [entry for p in panels for entry in p.series]
     notes = _notes(panels, markers, start, end, plot_w - 24)
     notes_y = axis_y + 54 + 18 * ((len(legend) + 1) // 2)
     height = notes_y + NOTE_ROW * sum(len(lines) for _, lines in notes) - 4
-
-    def x(t: datetime) -> float:
-        return LEFT + plot_w * (t - start).total_seconds() / span
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
            f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">',
            f"<title>{escape(title or 'GPU memory and KV-cache usage')}</title>",
            f'<rect width="{WIDTH}" height="{height}" fill="#ffffff"/>',
            f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>']
+    ticks = _ticks(start, end)
+    if placed:
+        out.append(f'<line x1="{LEFT}" y1="{top0}" x2="{LEFT + plot_w}" y2="{top0}" stroke="#e0e0e0"/>')
+    for mx, row, right, label in placed:               # impact start, detected, mitigated, resolved
+        ly = TOP + 10 + LABEL_ROW * row
+        out.append(_moment_line(mx, ly + 2, top0))
+        out += _label(mx - 3 if right else mx + 3, ly, label, right, "#444")
     for n, panel in enumerate(panels):
-        top = TOP + n * (panel_h + gap)
-        grid, lines = _panel(panel, top, panel_h, x, plot_w)
+        top = top0 + n * (panel_h + gap)
+        grid, lines = _panel(panel, top, panel_h, x, plot_w, title_y=(TOP - 6) if n == 0 else None)
         out += grid
-        for t in _ticks(start, end):
+        for t in ticks:
             out.append(f'<line x1="{x(t):.1f}" y1="{top + panel_h}" x2="{x(t):.1f}" y2="{top + panel_h + 4}" '
                        'stroke="#000"/>')
             out.append(f'<text x="{x(t):.1f}" y="{top + panel_h + 16}" text-anchor="middle">'
-                       f'{_tick_label(t, start, end)}</text>')
-        rows: list[list[tuple[float, float]]] = [[] for _ in range(5)]
-        for i, m in enumerate(markers):                 # impact start, detected, mitigated, resolved
-            mx = x(m.time)
-            out.append(_moment_line(mx, top, top + panel_h))
-            if n == 0:                                 # the top row free of other labels; right-aligned near the right edge
-                right = mx > LEFT + 0.7 * plot_w
-                w = _text_width(m.label) + 4
-                box = (mx - 1 - w, mx - 1) if right else (mx + 1, mx + 1 + w)
-                row = next((r for r, taken in enumerate(rows) if all(box[1] + 8 < a or box[0] > b + 8 for a, b in taken)),
-                           i % len(rows))
-                rows[row].append(box)
-                out += _label(mx - 3 if right else mx + 3, top + 11 + 13 * row, m.label, right, "#444")
-        out += lines                                   # the data above the marker labels
+                       f'{_tick_label(t, start, end, ticks)}</text>')
+        for m in markers:
+            out.append(_moment_line(x(m.time), top, top + panel_h))
+        out += lines
     out.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{axis_y + 32}" text-anchor="middle">time (UTC)</text>')
     for k, (i, s) in enumerate(legend):
         colour = PALETTE[i % len(PALETTE)]
@@ -278,6 +294,24 @@ def _svg(panels: list[_Panel], markers: list[Marker], start: datetime, end: date
             ny += NOTE_ROW
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def _place_labels(moments: list[tuple[float, str]], plot_w: float) -> list[tuple[float, int, bool, str]]:
+    """(x, row, right-aligned, label) per moment: each on the first row where its box clears the
+    others by 8 px (right-aligned, ending at its line, in the right part of the plot)."""
+    rows: list[list[tuple[float, float]]] = []
+    out = []
+    for mx, label in moments:
+        right = mx > LEFT + 0.7 * plot_w
+        w = _text_width(label) + 4
+        box = (mx - 1 - w, mx - 1) if right else (mx + 1, mx + 1 + w)
+        row = next((r for r, taken in enumerate(rows) if all(box[1] + 8 < a or box[0] > b + 8 for a, b in taken)),
+                   len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(box)
+        out.append((mx, row, right, label))
+    return out
 
 
 def _notes(panels: list[_Panel], markers: list[Marker], start: datetime, end: datetime,
@@ -355,8 +389,10 @@ def _wrap(text: str, width: float) -> list[str]:
     return lines
 
 
-def _panel(panel: _Panel, top: float, height: float, x, plot_w: float) -> tuple[list[str], list[str]]:
-    """(grid, axes and reference lines; the series), drawn apart so marker labels sit between."""
+def _panel(panel: _Panel, top: float, height: float, x, plot_w: float,
+           title_y: float | None = None) -> tuple[list[str], list[str]]:
+    """(grid, axes and reference lines; the series), drawn apart so that the data goes on top.
+    `title_y`: where the title goes when not right above the plot (the moments' band is there)."""
     scale_h = height - (STRIP if panel.released else 0)
 
     def y(v: float) -> float:
@@ -364,7 +400,8 @@ def _panel(panel: _Panel, top: float, height: float, x, plot_w: float) -> tuple[
             return top + height                       # the 0% line under the axis break
         return top + scale_h * (1 - (max(panel.low, min(panel.high, v)) - panel.low) / (panel.high - panel.low))
 
-    out = [f'<text x="{LEFT}" y="{top - 6}" font-weight="bold">{escape(panel.title)}</text>']
+    out = [f'<text x="{LEFT}" y="{top - 6 if title_y is None else title_y}" font-weight="bold">'
+           f'{escape(panel.title)}</text>']
     if panel.released:
         out.append(f'<rect x="{LEFT}" y="{top + scale_h}" width="{plot_w}" height="{STRIP}" fill="#f4f4f4"/>')
     step = 5 if panel.high - panel.low <= 25 else 10 if panel.high - panel.low <= 50 else 20
@@ -417,23 +454,27 @@ def _dash(s: Series) -> str:
     return ' stroke-dasharray="5,3"' if s.kind == "kv_cache" else ""
 
 
-_STEPS_MIN = (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)
+# Tick steps in seconds: down to seconds, so an incident over in under a minute still has a time axis.
+_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+            172800, 604800)
 
 
 def _ticks(start: datetime, end: datetime) -> list[datetime]:
-    minutes = (end - start).total_seconds() / 60
-    step = next((s for s in _STEPS_MIN if minutes / s <= 8), _STEPS_MIN[-1])
+    seconds = (end - start).total_seconds()
+    step = next((s for s in _STEPS_S if seconds / s <= 8), _STEPS_S[-1])
     midnight = start.replace(hour=0, minute=0, second=0, microsecond=0)
-    first = midnight + timedelta(minutes=step * -(-((start - midnight).total_seconds() / 60) // step))
+    first = midnight + timedelta(seconds=step * -(-((start - midnight).total_seconds()) // step))
     out, t = [], first
     while t <= end:
         out.append(t)
-        t += timedelta(minutes=step)
+        t += timedelta(seconds=step)
     return out
 
 
-def _tick_label(t: datetime, start: datetime, end: datetime) -> str:
-    return t.strftime("%m-%d %H:%M") if start.date() != end.date() else t.strftime("%H:%M")
+def _tick_label(t: datetime, start: datetime, end: datetime, ticks: Sequence[datetime] = ()) -> str:
+    seconds = any(tick.second for tick in ticks)
+    fmt = "%H:%M:%S" if seconds else "%H:%M"
+    return t.strftime("%m-%d " + fmt) if start.date() != end.date() else t.strftime(fmt)
 
 
 def _hm(t: datetime) -> str:

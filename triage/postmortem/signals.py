@@ -18,7 +18,13 @@ from .chart import Series, collect_series, node_of
 from .views import Claim, EarlierSignal, hms, span
 
 DISCREPANCY_POINTS = 100 * DISCREPANCY   # nvidia-smi used vs the engine's budget, in points of the card
-KV_HOLD = timedelta(minutes=5)    # KV-cache usage held at or above KV_HIGH for this long
+# A "would have fired" claim applies the shipped rule's threshold *and* its `for:` to the evidence's
+# own readings: the condition must hold over that long a stretch of them (one reading never does).
+# The durations are deploy/prometheus/triage-alerts.yaml's (tests/test_postmortem_signals.py
+# checks they agree).
+KV_HOLD = timedelta(minutes=5)    # TriageKvCacheHigh: KV-cache usage above KV_HIGH, for: 5m
+DISCREPANCY_HOLD = timedelta(minutes=2)      # TriageNvmlEngineDiscrepancy, for: 2m
+PREFIX_LOW_HOLD = timedelta(minutes=15)      # TriagePrefixCacheLowHitRate, for: 15m
 TREND_WINDOW = timedelta(hours=1)  # memory-delta alert: rise over the last hour ...
 TREND_MIN_SPAN = timedelta(minutes=30)
 TREND_POINTS = 1.0                # ... of at least this many points of the card
@@ -209,13 +215,35 @@ def _discrepancy(evidence: EvidenceSet, verdict: Verdict, series: list[Series]) 
     budget = engine_budget(evidence, verdict)
     if budget is None:
         return None
-    points = sorted((p for s in series if s.kind == "gpu_memory" for p in s.points), key=lambda p: p.time)
-    hit = next((p for p in points if p.value > 100 * budget + DISCREPANCY_POINTS), None)
-    if hit is None:
-        return None
-    return (f"GPU memory {hit.value:.1f}% of the card while the engine budgets {100 * budget:g}%",
-            f"memory discrepancy: nvidia-smi/DCGM used minus the engine's budget > {DISCREPANCY_POINTS:g} points",
-            hit.time, (hit.where,))
+    best: _Found | None = None
+    for s in series:
+        if s.kind != "gpu_memory":
+            continue
+        held = held_for([(p.time, p.value > 100 * budget + DISCREPANCY_POINTS, p.where) for p in s.points],
+                        DISCREPANCY_HOLD)
+        if held is not None and (best is None or held[2] < best[2]):
+            (since, since_where), (fired, fired_where) = held[:2], held[2:]
+            value = max(p.value for p in s.points if since <= p.time <= fired)
+            best = (f"GPU memory up to {value:.1f}% of the card while the engine budgets {100 * budget:g}%, "
+                    f"from {hms(since)}",
+                    f"memory discrepancy: nvidia-smi/DCGM used minus the engine's budget > {DISCREPANCY_POINTS:g} "
+                    f"points for {span(DISCREPANCY_HOLD)}", fired, (since_where, fired_where))
+    return best
+
+
+def held_for(readings: Sequence[tuple[datetime, bool, str]], hold: timedelta) \
+        -> tuple[datetime, str, datetime, str] | None:
+    """Where a condition first held on consecutive readings for `hold`: (since, its source, the time
+    the rule would fire, its source); None when the readings never show it held that long."""
+    since: tuple[datetime, str] | None = None
+    for t, ok, where in sorted(readings, key=lambda r: r[0]):
+        if not ok:
+            since = None
+            continue
+        since = since or (t, where)
+        if t - since[0] >= hold:
+            return since[0], since[1], t, where
+    return None
 
 
 def _trend(series: list[Series]) -> _Found | None:
@@ -283,16 +311,24 @@ def _preemption(evidence: EvidenceSet) -> _Found | None:
 
 
 def _prefix_low(evidence: EvidenceSet, verdict: Verdict) -> _Found | None:
-    if not verdict.facts.get("prefix_caching"):
+    """A low hit rate costs prefill time, not memory: an alert on it precedes only an OOM the
+    verdict ties to the prefix cache."""
+    if not verdict.facts.get("prefix_caching") or verdict.oom_class.value != "prefix_cache":
         return None
-    for rec in sorted((e for e in evidence if e.time), key=lambda e: e.time):
+    readings = []
+    for rec in (e for e in evidence if e.time):
         rate = rec.fields.get("prefix_hit_rate") if rec.kind == Kind.STATS else (
             rec.fields.get("value") if rec.kind == Kind.METRIC and rec.fields.get("name") == "prefix_cache_hit_rate"
             and not rec.fields.get("disabled") else None)
-        if isinstance(rate, (int, float)) and 0 <= rate < PREFIX_LOW:
-            return (f"prefix-cache hit rate {100 * rate:.1f}% with prefix caching on",
-                    f"prefix cache: hit rate < {PREFIX_LOW:.0%} while prefix caching is on", rec.time, (rec.where,))
-    return None
+        if isinstance(rate, (int, float)) and rate >= 0:
+            readings.append((rec.time, rate < PREFIX_LOW, rec.where))
+    held = held_for(readings, PREFIX_LOW_HOLD)
+    if held is None:
+        return None
+    since, since_where, fired, fired_where = held
+    return (f"prefix-cache hit rate below {PREFIX_LOW:.0%} with prefix caching on, from {hms(since)}",
+            f"prefix cache: hit rate < {PREFIX_LOW:.0%} while prefix caching is on, for {span(PREFIX_LOW_HOLD)}",
+            fired, (since_where, fired_where))
 
 
 # -- helpers ----------------------------------------------------------------------------------

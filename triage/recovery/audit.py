@@ -46,7 +46,7 @@ FILENAME = "actions.jsonl"
 GENESIS = "0" * 64
 TAIL_CHARS = 2000
 PHASES = ("start", "end")
-RESULTS = ("ok", "failed", "timeout", "skipped", "interrupted", "aborted")
+RESULTS = ("ok", "failed", "timeout", "skipped", "interrupted", "aborted", "handed")
 RESERVED = ("seq", "time", "user", "host", "prev", "hash", "key_id", "mac")   # filled in by append()
 MAC_LABEL = b"oom-triage audit v1\0"
 REQUIRED = ("seq", "time", "run_id", "action", "phase", "prev", "hash")
@@ -380,12 +380,13 @@ class AuditLog:
         return _scan(held, self.path).last_valid if held is not None else None
 
     def completed_steps(self, run_id: str | None = None) -> list[str]:
-        """Step ids whose latest `end` record says ok or skipped, in the order they ended."""
+        """Step ids whose latest `end` record says ok, skipped or handed (to a person: asking
+        again on a resume would hand it twice), in the order they ended."""
         done: dict[str, str] = {}
         for rec in self.authenticated()[0]:
             if rec.get("phase") == "end" and (run_id is None or rec.get("run_id") == run_id):
                 done.pop(str(rec.get("step")), None)
-                if rec.get("result") in ("ok", "skipped"):
+                if rec.get("result") in ("ok", "skipped", "handed"):
                     done[str(rec.get("step"))] = "done"
         return list(done)
 

@@ -157,7 +157,7 @@ class RunContext:
 
 @dataclass
 class Outcome:
-    result: str                     # ok | failed | skipped | aborted
+    result: str                     # ok | failed | skipped | aborted | handed (to a person: handoff.py)
     lines: list[str] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)   # recorded in the step's end record
     by_hand: str | None = None      # what the operator should do when this step failed

@@ -20,6 +20,7 @@ from . import interrupts
 from .actions import DESTRUCTIVE, REGISTRY, RUNNERS
 from .audit import AuditError, AuditLog
 from .context import Deadline, Outcome, PlannedStep, RunContext, StepTimeout
+from .handoff import HANDED
 from .plan import Plan
 from .prepare import this_host
 
@@ -31,7 +32,7 @@ PRECHECK_S = 25.0            # the "does it serve again?" check before the first
 class StepReport:
     number: int
     step_id: str
-    result: str              # ok | failed | skipped | aborted | timeout | interrupted | not run
+    result: str              # ok | failed | skipped | aborted | timeout | interrupted | not run | handed
     lines: list[str] = field(default_factory=list)
     by_hand: str | None = None
 
@@ -150,7 +151,7 @@ class Executor:
                 step_report = self._run_step(ps)
                 report.steps.append(step_report)
                 self.show_result(step_report)
-                if step_report.result in ("ok", "skipped"):
+                if step_report.result in ("ok", "skipped", HANDED):   # a hand-off does not hold the run
                     continue
                 if ps.step.on_failure == "continue" and step_report.result in ("failed", "timeout"):
                     continue

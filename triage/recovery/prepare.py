@@ -3,8 +3,9 @@
 * the server's processes, identified and confirmed (`identify.py`) from the evidence, `--pid`
   and the servers earlier runs relaunched (recorded in actions.jsonl with their start time);
 * how to launch it again: the running server's own command line, cwd and environment when it
-  is still there, else the command an earlier run recorded, `launch:` in incident.yaml, or the
-  command line in the logs — with the verdict's changes applied and nothing else;
+  is still there, else the command an earlier run recorded, `launch:` in incident.yaml, the
+  command line `triage collect` captured from the live server (`process:` in incident.yaml), or
+  the command line in the logs — with the verdict's changes applied and nothing else;
 * the URL to probe, the model name, and the last launch that served (for rollback);
 * who the relaunch runs as: the server's own uid, gid and groups (`privileges.py`).
 
@@ -32,6 +33,7 @@ from ..errors import BadInput
 from ..live.procs import boot_id, read_cwd, read_environ
 from ..model import EvidenceSet, Verdict
 from ..redact import MASK as MASK_MARK
+from .captured import Captured, captured_launch
 from .context import BUNDLE, FLAG, LIVE, LaunchSpec, Prepared
 from ..classes import registry
 from .identify import (Candidate, Identification, ServerProcess, candidates_from_evidence, identify,
@@ -231,6 +233,12 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     elif (yaml_launch := _incident_launch(incident, notes)) is not None and yaml_launch[0]:
         old, env, cwd = yaml_launch
         source = "incident.yaml launch"
+    elif isinstance(captured := _captured(incident, verdict, notes), Captured):
+        # The server's own command line, as collect read it: better than one rebuilt from the log.
+        env = {**captured.env, **(yaml_launch[1] if yaml_launch is not None else {})}
+        cwd = yaml_launch[2] if yaml_launch is not None else None
+        old, env, missing = fill_secrets(captured.argv, env, captured.needs)
+        source = captured.source
     elif verdict.facts.get("argv"):
         old = [str(a) for a in verdict.facts["argv"]]
         launch_fact = verdict.facts.get("launch") or {}
@@ -246,6 +254,18 @@ def _launch_spec(incident: Path, verdict: Verdict, ident: Identification, record
     from_bundle = tuple(k for k in env if k not in rec_env) if origin == BUNDLE else ()
     return LaunchSpec(new, {**env, **rec_env}, cwd, base_env, source, old, origin=origin, bundle_env=from_bundle,
                       base_env_uid=base_uid, missing=tuple(missing))
+
+
+def _captured(incident: Path, verdict: Verdict, notes: list[str]) -> Captured | None:
+    try:
+        data, _ = read_incident(incident)
+    except BadInput:
+        return None                       # _incident_launch has said why already
+    found = captured_launch(data, str(verdict.facts.get("engine") or "vllm"))
+    if isinstance(found, str):
+        notes.append(f"{found}: the relaunch command comes from the logs (or give --launch-command)")
+        return None
+    return found
 
 
 def fill_secrets(argv: list[str], env: dict[str, str], needs: list[dict[str, Any]]

@@ -15,13 +15,16 @@ makes it fail the way each OOM class does, with the real log text, so `triage cl
                     any scenario exits 1 with the free-memory error above utilisation 0.95.
                     With --log FILE, one line on stderr says why it exited and names the log
     burst           a step with more than --burst-concurrency running requests once a spike has
-                    filled the KV cache to 90%, or a prefill of more than --burst-prompt-tokens
-                    tokens, runs out of activation memory in the forward pass
+                    filled the KV cache to 90% runs out of memory in the sampler (its logits grow
+                    with the sequences sampled), a prefill of more than --burst-prompt-tokens
+                    tokens in the forward pass (its activations grow with the step's tokens)
     chronic         every request leaves --chronic-leak-mib-per-request of allocator fragments
                     until an OOM with a large reserved-but-unallocated amount
                     (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True prevents it)
-    prefix_cache    cached prompt blocks are never evicted: KV usage climbs with every unshared
-                    prompt until an OOM (--no-enable-prefix-caching prevents it)
+    prefix_cache    a prefix-cache bug: cached prompt blocks are never released, KV usage climbs
+                    with every unshared prompt, and the scheduler, counting them as evictable,
+                    admits a request the block pool cannot serve ("Cannot get N free blocks from
+                    the pool"; --no-enable-prefix-caching prevents it)
     hang            /health answers 200 but completions never finish
     ignore_sigterm  SIGTERM is ignored (SIGKILL still works)
     orphan_worker   a worker child process that outlives a SIGKILLed server

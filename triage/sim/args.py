@@ -8,6 +8,7 @@ log lines. The raw argv is kept so a restart can reuse it.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -68,40 +69,71 @@ class SimArgs:
 PROG = "python -m triage.sim serve"
 
 
+class _ClickStyle(argparse.HelpFormatter):
+    """Help that reads like every other `triage` command's (click): `Usage:`, `Options:`, short
+    metavars and each default shown as `[default: X]`."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=34, width=min(shutil.get_terminal_size().columns, 100))
+
+    def add_usage(self, usage, actions, groups, prefix=None):    # type: ignore[no-untyped-def]
+        super().add_usage(usage, actions, groups, prefix="Usage: ")
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = default is not None and default is not False and default is not argparse.SUPPRESS
+        if action.option_strings and shown and "default" not in text:
+            text += f"  [default: {default}]"
+        return text
+
+
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """`prog` is how the user invoked it (`triage sim serve` from the CLI), for --help and errors."""
-    p = argparse.ArgumentParser(prog=prog,
-                                description="Simulate vLLM's OpenAI-compatible server (see triage.sim).")
-    p.add_argument("model", metavar="MODEL")
+    p = argparse.ArgumentParser(prog=prog, usage="%(prog)s MODEL [OPTIONS]", formatter_class=_ClickStyle,
+                                description="Simulate vLLM's OpenAI-compatible server on loopback: real log "
+                                            "lines, /health, /v1/models, /v1/completions, /metrics, failing like "
+                                            "the --scenario (see triage.sim).")
+    p._positionals.title = "Arguments"
+    p._optionals.title = "Options"
+    p.add_argument("model", metavar="MODEL", help="the model name the server serves and logs")
     vllm = p.add_argument_group("vLLM flags (same names and defaults as vllm serve)")
-    vllm.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    vllm.add_argument("--port", type=int, default=0, help="0 picks a free port and prints it")
-    vllm.add_argument("--max-model-len", type=int, default=None)
-    vllm.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    vllm.add_argument("--max-num-seqs", type=int, default=256)
-    vllm.add_argument("--max-num-batched-tokens", type=int, default=None)
-    vllm.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    vllm.add_argument("--enforce-eager", action="store_true", default=False)
+    vllm.add_argument("--host", default="127.0.0.1", metavar="HOST", help="bind address")
+    vllm.add_argument("--port", type=int, default=0, metavar="N", help="0 picks a free port and prints it")
+    vllm.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                      help="default: the model's own context (131072; 1048576 for --scenario startup)")
+    vllm.add_argument("--gpu-memory-utilization", type=float, default=0.9, metavar="F",
+                      help="share of the card the engine may use")
+    vllm.add_argument("--max-num-seqs", type=int, default=256, metavar="N", help="sequences per step at most")
+    vllm.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                      help=f"tokens per step at most (default: {DEFAULT_BATCHED_TOKENS}, vLLM 0.11's on an 80 GB card)")
+    vllm.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                      help="default: on (the V1 engine's choice)")
+    vllm.add_argument("--enforce-eager", action="store_true", default=False, help="no CUDA graphs (logged only)")
     # Secrets on the command line, as deployments pass them: logged in `non-default args` the way
     # vLLM logs them (so recovery and every output must mask them); requests are not checked.
-    vllm.add_argument("--api-key", default=None)
-    vllm.add_argument("--hf-token", default=None)
-    vllm.add_argument("--ssl-keyfile-password", default=None)
-    sim = p.add_argument_group("simulator only")
-    sim.add_argument("--scenario", choices=SCENARIOS, default="healthy")
-    sim.add_argument("--sim-gpu-gib", type=float, default=80.0, help="simulated GPU memory")
-    sim.add_argument("--sim-weights-gib", type=float, default=16.0, help="simulated model weights")
-    sim.add_argument("--sim-kv-bytes-per-token", type=int, default=131072, help="KV-cache bytes per token")
-    sim.add_argument("--burst-concurrency", type=int, default=8,
-                     help="burst: a step running more requests than this runs out of memory")
-    sim.add_argument("--burst-prompt-tokens", type=int, default=16000,
+    vllm.add_argument("--api-key", default=None, metavar="KEY", help="logged as vLLM logs it; not enforced")
+    vllm.add_argument("--hf-token", default=None, metavar="TOKEN", help="logged as vLLM logs it")
+    vllm.add_argument("--ssl-keyfile-password", default=None, metavar="PASSWORD", help="logged as vLLM logs it")
+    sim = p.add_argument_group("Simulator only")
+    sim.add_argument("--scenario", choices=SCENARIOS, default="healthy", metavar="NAME",
+                     help=f"how it fails: {', '.join(SCENARIOS)}")
+    sim.add_argument("--sim-gpu-gib", type=float, default=80.0, metavar="GIB", help="simulated GPU memory")
+    sim.add_argument("--sim-weights-gib", type=float, default=16.0, metavar="GIB", help="simulated model weights")
+    sim.add_argument("--sim-kv-bytes-per-token", type=int, default=131072, metavar="BYTES",
+                     help="KV-cache bytes per token")
+    sim.add_argument("--burst-concurrency", type=int, default=8, metavar="N",
+                     help="burst: a step running more requests than this runs out of memory (once the KV "
+                          "cache is 90%% full)")
+    sim.add_argument("--burst-prompt-tokens", type=int, default=16000, metavar="N",
                      help="burst: a step prefilling more tokens than this runs out of memory")
-    sim.add_argument("--chronic-leak-mib-per-request", type=float, default=512.0,
+    sim.add_argument("--chronic-leak-mib-per-request", type=float, default=512.0, metavar="MIB",
                      help="chronic: allocator fragments left behind by each request")
-    sim.add_argument("--sim-hold-gpu-gib", type=float, default=0.0,
+    sim.add_argument("--sim-hold-gpu-gib", type=float, default=0.0, metavar="GIB",
                      help="hold this much real GPU memory in the engine core, as vLLM's does (needs torch "
                           "with CUDA): recovery can then be checked against a real driver and NVML")
-    sim.add_argument("--log", default=None, metavar="FILE", help="append the vLLM log here (default: stderr)")
+    sim.add_argument("--log", default=None, metavar="FILE",
+                     help="append the vLLM log here (default: stderr, as a real server's)")
     return p
 
 

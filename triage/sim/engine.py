@@ -13,18 +13,20 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .args import SimArgs
 from .memory import BLOCK_SIZE, MiB, Device, Sizing
-from .texts import BURST_FRAMES, CHRONIC_FRAMES, PREFIX_CACHE_FRAMES, Frame
+from .texts import BURST_FRAMES, CHRONIC_FRAMES, PREFIX_CACHE_FRAMES, SAMPLER_FRAMES, Frame
 
 STEP_S = 0.01                 # one decode step: one token for every running request
 IDLE_WAIT_S = 0.2
 RECENT_REQUESTS = 1000        # the V1 stats line's hit rate is over the last 1000 requests
 CHRONIC_TRIED = 448 * MiB     # the compiled graph's intermediate buffer (a real 8B value)
 MLP_BYTES_PER_TOKEN = 28672 * 2   # gate_up output row, bf16
+# Llama-3's vocabulary: the float32 logits, their sorted copy and the sort's int64 indices
+SAMPLER_BYTES_PER_SEQUENCE = 128256 * (4 + 4 + 8)
 # burst: a step of more than --burst-concurrency requests runs out of memory only once the spike
 # has filled the KV cache this far (the contexts in flight then make attention's and the sampler's
 # buffers their largest). Below it vLLM serves such a batch, as a real one would: a handful of short
@@ -89,6 +91,7 @@ class Failure:
     scheduled_tokens: int
     request_ids: tuple[str, ...]
     prefix_stats: tuple[int, int, int]            # requests, queries, hits
+    exception: str = ""                           # the exception line, when not the allocator's OOM
 
 
 def expandable_segments() -> bool:
@@ -273,8 +276,10 @@ class Engine:
         a = self.args
         if a.scenario == "burst":
             crowded = len(self._running) > a.burst_concurrency and self._usage() >= BURST_KV_USAGE
-            if crowded or prefill > a.burst_prompt_tokens:
+            if prefill > a.burst_prompt_tokens:
                 return self._burst_oom(prefill + len(self._running))
+            if crowded:
+                return self._sampler_oom(len(self._running))
         if self._fragmenting and self.device.fragments and self.device.free < CHRONIC_TRIED:
             return self._failure("chronic", CHRONIC_FRAMES, CHRONIC_TRIED, 212 * MiB, len(self._running))
         return None
@@ -288,9 +293,19 @@ class Engine:
         return self._failure("burst", BURST_FRAMES, tried, min(120 * MiB, tried // 4), tokens,
                              live=self.device.free - free_left)
 
+    def _sampler_oom(self, sequences: int) -> Failure:
+        """The sampler's sorted logits (every running sequence over the vocabulary, float32, twice)
+        do not fit beside the step's other buffers."""
+        tried = _round_alloc(sequences * SAMPLER_BYTES_PER_SEQUENCE)
+        free_left = min(self.device.free, tried // 4)
+        return self._failure("burst", SAMPLER_FRAMES, tried, min(120 * MiB, tried // 4), sequences,
+                             live=self.device.free - free_left)
+
     def _prefix_cache_oom(self) -> Failure:
-        tried = self.device.free + 96 * MiB
-        return self._failure("prefix_cache", PREFIX_CACHE_FRAMES, tried, 64 * MiB, len(self._running))
+        """The scheduler counted leaked cached blocks as evictable; the pool cannot hand them out."""
+        needed = max(1, -(-(self._used() - self.capacity) // BLOCK_SIZE))
+        failure = self._failure("prefix_cache", PREFIX_CACHE_FRAMES, 0, 0, len(self._running))
+        return replace(failure, exception=f"ValueError: Cannot get {needed} free blocks from the pool")
 
     def _failure(self, kind: str, frames: list[Frame], tried: int, slack: int, tokens: int, live: int = 0) -> Failure:
         tried = _round_alloc(tried)

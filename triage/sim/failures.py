@@ -32,7 +32,7 @@ def write_fatal_error(log: VllmLog, api: Proc, engine: Proc, failure: Failure, c
                f"step_counter=0, current_wave=0, kv_cache_usage={f.kv_usage}, prefix_cache_stats=PrefixCacheStats("
                f"reset=False, requests={requests}, queries={queries}, hits={hits}), spec_decoding_stats=None, "
                "kv_connector_stats=None, num_corrupted_reqs=0)")
-    tb = traceback_lines(f.frames, f"torch.OutOfMemoryError: {f.oom}")
+    tb = traceback_lines(f.frames, f.exception or f"torch.OutOfMemoryError: {f.oom}")
     log.record(engine, "ERROR", "core.py:710", "EngineCore encountered a fatal error.\n" + "\n".join(tb))
     dead = traceback_lines(OUTPUT_HANDLER_FRAMES, f"vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD}")
     log.record(api, "ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.\n" + "\n".join(dead))

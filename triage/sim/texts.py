@@ -159,8 +159,9 @@ CHRONIC_FRAMES: list[Frame] = _BUSY_LOOP + _FORWARD + [
      "cr4xq6yq3bvd5ucnzzpqamhhq3orlvxxsaeuj5xk7mwxxvcevg53.py", 641, "call",
      "buf5 = empty_strided_cuda((s0, 28672), (28672, 1), torch.bfloat16)"),
 ]
-# Prefix-cache pressure: the sampler's sort buffer for every running sequence.
-PREFIX_CACHE_FRAMES: list[Frame] = _BUSY_LOOP + [
+# A crowded decode step: the sampler sorts the logits of every running sequence for top-k/top-p
+# (vllm/v1/sample/ops/topk_topp_sampler.py, v0.11.0).
+SAMPLER_FRAMES: list[Frame] = _BUSY_LOOP + [
     (f"{_VLLM}/v1/worker/gpu_model_runner.py", 2140, "execute_model", "sampler_output = self.sampler("),
     *_MODULE_CALL,
     (f"{_VLLM}/v1/sample/sampler.py", 93, "forward",
@@ -171,6 +172,18 @@ PREFIX_CACHE_FRAMES: list[Frame] = _BUSY_LOOP + [
      "logits = self.apply_top_k_top_p(logits, k, p)"),
     (f"{_VLLM}/v1/sample/ops/topk_topp_sampler.py", 180, "apply_top_k_top_p",
      "logits_sort, logits_idx = logits.sort(dim=-1, descending=False)"),
+]
+# A prefix-cache bug: cached blocks whose references were never released are counted as
+# evictable when the scheduler admits a request, and the block pool cannot hand them out
+# (vllm/v1/core, v0.11.0: the scheduler's allocate_slots down to BlockPool.get_new_blocks).
+PREFIX_CACHE_FRAMES: list[Frame] = _BUSY_LOOP[:3] + [
+    (f"{_VLLM}/v1/engine/core.py", 279, "step", "scheduler_output = self.scheduler.schedule()"),
+    (f"{_VLLM}/v1/core/sched/scheduler.py", 255, "schedule", "new_blocks = self.kv_cache_manager.allocate_slots("),
+    (f"{_VLLM}/v1/core/kv_cache_manager.py", 288, "allocate_slots", "new_blocks = self.coordinator.allocate_new_blocks("),
+    (f"{_VLLM}/v1/core/kv_cache_coordinator.py", 113, "allocate_new_blocks", "manager.allocate_new_blocks("),
+    (f"{_VLLM}/v1/core/single_type_kv_cache_manager.py", 129, "allocate_new_blocks",
+     "new_blocks = self.block_pool.get_new_blocks(num_new_blocks)"),
+    (f"{_VLLM}/v1/core/block_pool.py", 269, "get_new_blocks", "raise ValueError("),
 ]
 
 OUTPUT_HANDLER_FRAMES: list[Frame] = [

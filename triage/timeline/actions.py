@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..recovery.handoff import HANDED
 from ..redact import redact_output
 from ..safefile import kind_at
 from ..safejson import loads
@@ -153,19 +154,27 @@ def _event(n: int, rec: dict[str, Any], end_n: int | None, end: dict[str, Any] |
         kind, category = "health_check_failed", "response"
     else:
         kind, category = "action", "response"
-    text = f"recovery step {step!r} ({action}): {result or 'no end record'}"
-    duration = (end or {}).get("duration_s")
-    if isinstance(duration, (int, float)):
-        text += f" after {duration:.1f} s"
+    handed = result == HANDED
+    if handed:                      # not done: a person has it (closed by a note, build.py)
+        text = f"recovery step {step!r} ({action}): handed to a person, open until a note says it is done"
+    else:
+        text = f"recovery step {step!r} ({action}): {result or 'no end record'}"
+        duration = (end or {}).get("duration_s")
+        if isinstance(duration, (int, float)):
+            text += f" after {duration:.1f} s"
     if rec.get("user"):
         text += f" by {rec['user']}"
-    detail = _last_line((end or {}).get("output_tail"))
+    data = (end or {}).get("data")
+    instruction = data.get("instruction") if handed and isinstance(data, dict) else None
+    detail = redact_output(" ".join(instruction.split()))[:200] if isinstance(instruction, str) \
+        else _last_line((end or {}).get("output_tail"))
     if detail:
         text += f" — {detail}"
     sources = [f"{FILENAME}:{n}"] + ([f"{FILENAME}:{end_n}"] if end_n else [])
     return Raw(_time(rec), kind, category, redact_output(text), sources[0], FILENAME, _node(rec),
-               key=f"{rec.get('run_id')}|{step}|{n}", until=_time(end) if end is not None and end is not rec else None,
-               extra_sources=tuple(sources[1:]))
+               key=f"{rec.get('run_id')}|{step}|{n}",
+               until=None if handed else _time(end) if end is not None and end is not rec else None,
+               extra_sources=tuple(sources[1:]), handoff=str(step) if handed else None)
 
 
 def _node(rec: dict[str, Any]) -> str | None:

@@ -10,6 +10,7 @@ from ..model import EvidenceSet
 from ..redact import redact_output
 from .actions import read_actions
 from .from_evidence import from_evidence
+from .handoffs import close_handoffs
 from .incident import IncidentInfo, load_incident
 from .merge import merge
 from .model import Timeline
@@ -40,6 +41,7 @@ def build_timeline(incident: str | Path, *, evidence: EvidenceSet | None = None)
                                       "actions.jsonl")
     for i, r in enumerate(action_raws):   # at equal times: evidence, then notes, then recovery steps
         r.order = 2 * 10**12 + i
+    open_handoffs = close_handoffs(action_raws, notes)
     raws = found.raws + [_note_raw(n) for n in notes] + action_raws
     _lifecycle(raws)
     # Masked once the rows are merged (a few rows, not every raw line) and before anything reads or
@@ -49,7 +51,7 @@ def build_timeline(incident: str | Path, *, evidence: EvidenceSet | None = None)
     kinds = {s.kind for s in evidence.sources if s.records}
     result = compute(events, found.alerts, notes, info, has_alert_files="alertmanager" in kinds,
                      alerts_dir=(info.path / "alerts").is_dir())
-    missing = _missing(info, kinds, has_notes, has_actions) + result.missing
+    missing = _missing(info, kinds, has_notes, has_actions) + result.missing + open_handoffs
     # A skipped README or rendered postmortem is no problem of the timeline; a damaged log is.
     skipped = [w for w in evidence.warnings if not w.endswith("(not an evidence file)")]
     problems = info.problems + skipped + found.problems + note_problems + action_problems + result.problems

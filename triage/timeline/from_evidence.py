@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterator
 
 from ..budget import engine_budget as _engine_budget
@@ -58,6 +58,11 @@ _NODE_LABELS = ("Hostname", "hostname", "node", "host", "kubernetes_node", "node
 _IMPACT_ALERT = re.compile(r"error|5xx|unavailable|down(?:$|[^a-z])|outage|availability|failing|crash", re.I)
 
 
+# The longest Alertmanager waits before it first notifies of an alert: group_wait (30 s by default)
+# plus one group_interval (5 min by default), with room for a slow rule evaluation.
+NOTIFY_DELAY = timedelta(minutes=10)
+
+
 def is_impact_alert(name: str, summary: str = "") -> bool:
     """Alerts on what users see (errors, availability) rather than on a resource (memory, KV)."""
     return bool(_IMPACT_ALERT.search(name or "") or _IMPACT_ALERT.search(summary or ""))
@@ -75,6 +80,7 @@ class AlertState:
     fired_at: str | None = None        # source:line of the firing record
     resolved_at: str | None = None     # source:line of the resolved record
     paged_from: str | None = None      # the payload file that gave `page`
+    late_payload: str | None = None    # a payload that came long after the alert started: `page` is its start
 
 
 @dataclass
@@ -234,11 +240,16 @@ def _alert(rec: Evidence, node: str | None, problems: list[str], alerts: dict[st
     elif starts is not None:
         # The page went out when the payload arrived (its file is named by that time), not when
         # the alert started firing: Alertmanager waits group_wait before it notifies.
+        # A payload that arrives later than Alertmanager ever waits before a first notification is
+        # not the first page (a repeat, a redelivery, an alert added back-dated): the alert's own
+        # start is then the best time of detection.
         received = payload_time(rec.source)
-        page = received if received is not None and received >= starts else starts
+        late = received is not None and received - starts > NOTIFY_DELAY
+        page = received if received is not None and received >= starts and not late else starts
         if state.page is None or page < state.page:
             state.page, state.fired_at = page, src
             state.paged_from = rec.source if page is received else None
+            state.late_payload = rec.source if late else None
     if starts is not None:
         firing_text = text.replace(" resolved", " firing", 1) if f.get("status") == "resolved" else text
         yield Raw(starts, "alert_firing", "detection", firing_text, src, rec.source, node, key, _order(rec))

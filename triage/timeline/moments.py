@@ -4,7 +4,7 @@ between them, each citing the evidence it came from; hand-set moments keep the c
 - impact start: the first failure (GPU OOM, engine death, OOM kill, GPU fault, ...) or the start
   of an alert on errors / availability, whichever is earlier;
 - detected: the first page (a firing Alertmanager payload, dated by its file name; the alert's
-  own start when the payload time is unknown);
+  own start when the payload time is unknown, or later than Alertmanager ever waits to notify);
 - first response: the first note or recovery step at or after impact start;
 - mitigated: the first deep health check that passed after the last failure, or the moment
   every error / availability alert had resolved, whichever is earlier;
@@ -103,6 +103,10 @@ def _detected(alerts: dict[str, AlertState]) -> Moment | None:
         a = min(paged, key=lambda a: a.page)
         if a.paged_from:
             how = f"first page: alert {a.name} delivered (payload {a.paged_from}; firing since {_hms(a.starts)})"
+        elif a.late_payload:
+            how = (f"alert {a.name} started firing; its payload {a.late_payload} arrived later than Alertmanager "
+                   "waits before a first notification (a repeat or a back-dated alert), so the alert's start is "
+                   "taken as detection")
         else:
             how = f"first alert: {a.name} started firing"
         return Moment("detected", a.page, a.fired_at, how)
@@ -173,7 +177,9 @@ def _overrides(info: IncidentInfo, notes: list[Note], problems: list[str]) -> di
     out: dict[str, _Hand] = {}
     for note in notes:                      # the last note wins among notes
         if note.moment:
-            out[note.moment] = _Hand(note.time, note.source, f"set by hand in {note.source}: {_quote(note.text)}")
+            # Our own tools write notes too (`triage serve` closing an incident): not by hand.
+            by = f"set by {note.author}" if note.automated else "set by hand"
+            out[note.moment] = _Hand(note.time, note.source, f"{by} in {note.source}: {_quote(note.text)}")
     for name, value in info.moments.items():   # incident.yaml wins over notes
         where = f"incident.yaml moments.{name}"
         if name not in MOMENT_NAMES:

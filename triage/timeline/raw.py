@@ -22,6 +22,7 @@ class Raw:
     until: datetime | None = None   # end of a span (a recovery step's end record)
     extra_sources: tuple[str, ...] = ()   # more lines of the same record (a step's end record)
     weight: int = 1                 # lines it stands for (a bucket of preemption warnings read as one record)
+    handoff: str | None = None      # a recovery step handed to a person, open until a note closes it
 
 
 def where(source: str, line: int | None) -> str:

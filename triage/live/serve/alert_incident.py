@@ -55,6 +55,7 @@ class Settings:
     after_s: float = 600.0
     source_timeout_s: float = 20.0
     log_max_bytes: int = 64 << 20
+    step_s: float | None = None              # the series' query step; None follows the window
 
 
 @dataclass
@@ -89,7 +90,7 @@ def open_incident(alert: Alert, settings: Settings) -> Opened:
         series = None
         if settings.prometheus is not None:
             run, series = gather_series(staging, settings.prometheus, alert, settings.lookback_s, settings.after_s,
-                                        settings.source_timeout_s)
+                                        settings.source_timeout_s, settings.step_s)
             runs.append(run)
         meta = _describe(alert, runs, settings)
         _write_yaml(staging, meta)

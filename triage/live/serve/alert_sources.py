@@ -18,6 +18,7 @@ values masked), which the bundle's own classification reads like any scrape.
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from ..staging import Staging
 LABEL_ORDER = ("pod", "instance", "@host", "Hostname", "hostname", "node")
 MAX_LOG_FILES = 8            # of one instance's directory
 TARGET_LABELS = ("instance", "job", "pod", "namespace", "node")
+SERIES_POINTS = 4000         # the default step keeps about this many points per series (1 s at least)
 _SAFE_FILE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -101,8 +103,14 @@ def gather_logs(staging: Staging, logs_from: LogsFrom, labels: dict[str, str], t
     return [pod_run, logs_run]
 
 
+def series_step(span_s: float, step_s: float | None = None) -> float:
+    """The query step: the one given, else one that follows the window — fine enough that a server
+    living a few seconds still leaves points (one instance per query: the points are cheap)."""
+    return step_s if step_s else max(1.0, float(math.ceil(span_s / SERIES_POINTS)))
+
+
 def gather_series(staging: Staging, client: Any, alert: Alert, lookback_s: float, after_s: float,
-                  timeout_s: float) -> tuple[SourceRun, Any]:
+                  timeout_s: float, step_s: float | None = None) -> tuple[SourceRun, Any]:
     """(the run, the instance's verdict from its series (fleet.InstanceVerdict) or None)."""
     from ..fleet.fleet import Window, classify_instance, pull_instance
     from ..fleet.promapi import PrometheusError, QueryFailed
@@ -114,7 +122,8 @@ def gather_series(staging: Staging, client: Any, alert: Alert, lookback_s: float
         return run, None
     at = alert.starts.timestamp()
     end = max(at, min(time.time(), at + after_s))
-    window = Window.make(start=str(at - lookback_s), end=str(end + 1))
+    step = series_step(end + 1 - (at - lookback_s), step_s)
+    window = Window.make(start=str(at - lookback_s), end=str(end + 1), step=f"{step:g}s")
     labels = {k: v for k, v in alert.labels.items() if k in TARGET_LABELS}
     try:
         data = pull_instance(client, instance, labels, window, "", timeout_s)
@@ -132,7 +141,8 @@ def gather_series(staging: Staging, client: Any, alert: Alert, lookback_s: float
         run.fail(f"series not written: {exc}"[:300])
         return run, None
     verdict = classify_instance(data, window)
-    run.ok(f"{len(series)} series, {sum(len(s.points) for s in series)} points; from them: {verdict.oom_class}")
+    run.ok(f"{len(series)} series, {sum(len(s.points) for s in series)} points at a {step:g} s step; "
+           f"from them: {verdict.oom_class}")
     return run, verdict
 
 

@@ -7,6 +7,7 @@ INCIDENTS/.triage-serve/ for the next start.
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def _http_url(value: str | None, option: str) -> str | None:
               help=f"Where to listen. Anything but loopback requires the bearer token in ${TOKEN_ENV}.")
 @click.option("--prometheus", metavar="URL",
               help="Read the alert's instance series around startsAt from this Prometheus-compatible server "
-                   "(credentials from TRIAGE_PROMETHEUS_TOKEN or TRIAGE_PROMETHEUS_USER/PASSWORD).")
+                   "(credentials from $TRIAGE_PROMETHEUS_TOKEN, or $TRIAGE_PROMETHEUS_USER and "
+                   "$TRIAGE_PROMETHEUS_PASSWORD; a private CA from $TRIAGE_PROMETHEUS_CA_BUNDLE).")
 @click.option("--logs-from", "logs_from", metavar="DIR|kubectl",
               help="Where the server's log is: a directory of per-instance logs (matched by the alert's pod, "
                    "instance or host label), or `kubectl` (the alert's namespace/pod labels).")
@@ -76,6 +78,10 @@ def _http_url(value: str | None, option: str) -> str | None:
               help="How far before startsAt the instance's series are read.")
 @click.option("--after", "after", default="10m", show_default=True, metavar="DURATION",
               help="How far after startsAt (at most up to now) the series are read.")
+@click.option("--step", metavar="DURATION",
+              help="Query step of the instance's series (e.g. 1s). Default: follows the window "
+                   "(--lookback + --after over about 4000 points, 1 s at least), fine enough for a server that "
+                   "lived seconds.")
 @click.option("--source-timeout", "source_timeout", type=click.FloatRange(1, 600), default=20.0,
               show_default=True, metavar="S", help="Time limit of each source (a log, kubectl, Prometheus).")
 @click.option("--log-max", "log_max", default="64MiB", show_default=True, metavar="SIZE",
@@ -84,8 +90,8 @@ def _http_url(value: str | None, option: str) -> str | None:
               help="On SIGTERM, how long the alerts in hand may take; the rest is journaled for the next start.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")
 def serve(listen: str, prometheus: str | None, logs_from: str | None, incidents: str, post: str | None, bound: int,
-          workers: int, rate: float, max_body: str, lookback: str, after: str, source_timeout: float, log_max: str,
-          grace: float, verbose: bool) -> None:
+          workers: int, rate: float, max_body: str, lookback: str, after: str, step: str | None,
+          source_timeout: float, log_max: str, grace: float, verbose: bool) -> None:
     """Receive Alertmanager webhooks (POST /alertmanager, payload version 4): for each firing alert
     gather the instance's log and Prometheus series around startsAt, classify, write an incident
     bundle under --incidents and post the verdict with the commands to run next. A resolved alert
@@ -94,7 +100,7 @@ def serve(listen: str, prometheus: str | None, logs_from: str | None, incidents:
     GET /healthz answers liveness probes; GET /metrics the receiver's own series.
     """
     from ...units import parse_size
-    from ..fleet.fleet import parse_duration
+    from ..fleet.fleet import MAX_POINTS, parse_duration
 
     host, port = parse_listen(listen)
     token = os.environ.get(TOKEN_ENV, "").strip() or None
@@ -103,8 +109,14 @@ def serve(listen: str, prometheus: str | None, logs_from: str | None, incidents:
                            "callers must send (Alertmanager: http_config.authorization.credentials)")
     try:
         lookback_s, after_s = parse_duration(lookback, "--lookback"), parse_duration(after, "--after")
+        step_s = parse_duration(step, "--step") if step is not None else None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if step_s is not None and (step_s <= 0 or (lookback_s + after_s) / step_s > MAX_POINTS):
+        least = math.ceil((lookback_s + after_s) / MAX_POINTS)
+        raise click.BadParameter(f"{step!r}: over --lookback {lookback} + --after {after} Prometheus allows "
+                                 f"{MAX_POINTS:,} points per series: use a step of at least {least}s",
+                                 param_hint="--step")
     body_limit, log_bytes = parse_size(max_body), parse_size(log_max)
     for value, given, option in ((body_limit, max_body, "--max-body"), (log_bytes, log_max, "--log-max")):
         if not value or value < 1024:
@@ -123,4 +135,4 @@ def serve(listen: str, prometheus: str | None, logs_from: str | None, incidents:
 
     run(Config(host, port, Path(incidents), source, _http_url(prometheus, "--prometheus"), _http_url(post, "--post"),
                bound, workers, rate, int(body_limit), lookback_s, after_s, source_timeout, int(log_bytes), grace,
-               token, verbose))
+               token, verbose, step_s))

@@ -40,6 +40,7 @@ class Config:
     grace_s: float
     token: str | None
     verbose: bool
+    step_s: float | None = None       # the series' query step; None follows the window
 
 
 def run(cfg: Config) -> None:
@@ -56,7 +57,7 @@ def run(cfg: Config) -> None:
 
         client = PromClient(cfg.prometheus, timeout_s=cfg.source_timeout_s, pool=max(2, cfg.workers * 2))
     settings = Settings(incidents, cfg.logs_from, client, cfg.lookback_s, cfg.after_s, cfg.source_timeout_s,
-                        cfg.log_max_bytes)
+                        cfg.log_max_bytes, cfg.step_s)
     poster = Poster(cfg.post, incidents, timeout_s=10.0) if cfg.post else None
     try:
         queue = AlertQueue(settings, bound=cfg.bound, workers=cfg.workers, poster=poster)

@@ -110,6 +110,8 @@ def _sources(sources: dict[str, Source]) -> Text:
 
 
 def _risks(s: ServerView) -> Text:
+    if not s.risks and s.risk_unknown:
+        return Text(f"unknown: {s.risk_unknown}", style="yellow")
     if not s.risks:
         return Text("none seen", style="green")
     out = Text()

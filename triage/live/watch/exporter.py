@@ -93,6 +93,8 @@ def _discrepancy(reading: Reading) -> Iterator[Sample]:
 
 def _risk(reading: Reading) -> Iterator[Sample]:
     for s in reading.servers:
+        if not s.risks and s.risk_unknown:
+            continue            # not judged (its /metrics unread): no series rather than a false 0
         heading = {r.oom_class for r in s.risks}
         for cls in RISK_CLASSES:
             yield {"server": server_label(s.url), "class": cls}, 1.0 if cls in heading else 0.0

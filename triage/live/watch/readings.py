@@ -30,6 +30,8 @@ or null; null means "not known from this reading", never zero):
     load                      {points, mean_running, steady}: running requests over the trend window
     risks[]                   {class, level (warning|critical), reasons[]}: most pressing first
     risk                      risks[0] or null: the class this server is heading for
+    risk_unknown              why no risk could be judged (its /metrics not read), else null: an
+                              unreachable server is unknown, not "no risk"
   gpus[]        one per NVML device: index, name, uuid, used_bytes, total_bytes, used_share,
                 trend {slope_bytes_per_hour, span_s, points, rise_bytes} (null until 2 points)
   nvml          {ok, detail, took_s}, or null with --no-nvml
@@ -191,6 +193,15 @@ class ServerView:
     def reachable(self) -> bool:
         return any(s.ok for k, s in self.sources.items() if k in ("metrics", "health"))
 
+    @property
+    def risk_unknown(self) -> str | None:
+        """Why no OOM risk could be judged (its /metrics were not read), or None: a server that
+        cannot be read is not a server without risk."""
+        metrics = self.sources.get("metrics")
+        if metrics is not None and metrics.ok:
+            return None
+        return f"/metrics not read ({metrics.detail})" if metrics is not None else "/metrics not read"
+
     def discrepancy(self, gpu: GpuView) -> float | None:
         """NVML used share minus the engine's budget, in percentage points of the card."""
         if self.gpu_memory_utilization is None or gpu.used_share is None:
@@ -216,6 +227,7 @@ class ServerView:
             "load": self.load.to_json() if self.load else None,
             "risks": [r.to_json() for r in self.risks],
             "risk": self.risks[0].to_json() if self.risks else None,
+            "risk_unknown": None if self.risks else self.risk_unknown,   # why there is no judgement at all
         }
 
 

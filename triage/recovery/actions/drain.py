@@ -41,10 +41,14 @@ class Drain(Action):
                 return ok(f"vllm:num_requests_running is 0 after {waited:.0f} s", running=0)
             if waited >= limit:
                 return failed("stop it anyway (the next step) or wait longer; the running requests will fail",
-                              f"{running} requests still running after {waited:.0f} s", running=running)
-            ctx.options.say(f"  {running} requests running, waiting")
+                              f"{_requests(running)} still running after {waited:.0f} s", running=running)
+            ctx.options.say(f"  {_requests(running)} running, waiting")
             deadline.sleep(poll)
             waited += poll
+
+
+def _requests(n: int) -> str:
+    return f"{n} request" if n == 1 else f"{n} requests"
 
 
 drain = Drain()

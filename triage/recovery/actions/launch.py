@@ -7,8 +7,9 @@
 * kubectl   — `kubectl set env`, a JSON patch of the container args read live from the
               deployment (changed only where the verdict says), then `rollout status`.
 
-The step succeeds when the server announces its URL (or the known URL answers /health) and
-fails as soon as the new process exits, with the tail of its log.
+The step succeeds when the server can be reached — its URL announced on its output or in the log
+file its command line names, a port its own process tree listens on answering /health, or the
+known URL answering /health — and fails as soon as the new process exits, with the tail of its log.
 
 The process driver starts the server as the stopped server's own user (`privileges.py`): a
 recovery running as root switches to its uid, gid and groups, and variables that change which
@@ -38,6 +39,7 @@ from ..privileges import (Creds, RunAs, bundle_env_dropped, cwd_problem, identit
 from ..signals import gone
 from .base import Action, Param
 from .launch_plan import restart_lines, rollback_lines
+from .relaunch_find import NamedLog, listening_urls, named_log
 from .relaunch_log import RelaunchLog
 
 SYSTEMD_DIR_ENV = "TRIAGE_SYSTEMD_DIR"     # where drop-ins go (default /etc/systemd/system)
@@ -155,6 +157,9 @@ def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[st
     who = ctx.run_as.creds.describe() if ctx.run_as and ctx.run_as.creds else f"uid {uid} (this process's user)"
     lines = [f"argv: {shlex.join(spec.argv)}", *(f"env: {k}={v}" for k, v in env.items() if k in full_env),
              *(f"env dropped: {d.name}: {d.why}" for d in dropped), f"runs as: {who}", f"log: {log.name}"]
+    # Read where it ends before the server starts: the old server's serving line is not the new one's.
+    own_log_path = named_log(spec.argv, cwd)
+    own_log = NamedLog(own_log_path, uid) if own_log_path is not None else None
     with log:
         try:
             proc = subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=log.fd, stderr=subprocess.STDOUT,
@@ -170,23 +175,43 @@ def _process(ctx: RunContext, deadline: Deadline, spec: LaunchSpec, env: dict[st
                                     **_identity_record(ctx.run_as, me), "log": log.name, "driver": "process"}
         ctx.launched.append(launched)
         lines.append(f"started pid {proc.pid} in its own session")
+        if own_log is not None:
+            lines.append(f"its command line sends its log to {own_log.path}")
         while True:
             code = proc.poll()
             if code is not None:
                 return failed("read the relaunch log; fix the flags or roll back (runbook rollback)", *lines,
                               f"the new server exited with code {code} during start-up:", log.tail(),
                               launched=launched)
-            url = log.announced_url()
-            if url:
-                ctx.url = url
-                return ok(*lines, f"serving at {url} (from the relaunch log)", launched=launched, url=url)
-            if ctx.url and health(ctx.url, 1.0).ok:
-                return ok(*lines, f"{ctx.url}/health answers 200", launched=launched, url=ctx.url)
+            found = _found(proc.pid, log, own_log, ctx.url)
+            if found:
+                ctx.url, how = found
+                return ok(*lines, f"serving at {ctx.url} ({how})", launched=launched, url=ctx.url)
             if deadline.left() < 0.3:
-                return failed("the server is still starting or stuck: read the relaunch log; it was left running",
-                              *lines, "no 'Starting vLLM API server' line before the step timeout", log.tail(),
+                where = f"{log.name}" + (f" or {own_log.path}" if own_log is not None else "")
+                return failed("the server is still starting or stuck: read its log; it was left running",
+                              *lines, f"before the step timeout: no 'Starting vLLM API server' line in {where}, "
+                              f"and no port pid {proc.pid} listens on answered /health", log.tail(),
                               launched=launched)
             deadline.sleep(0.2)
+
+
+def _found(pid: int, log: RelaunchLog, own_log: NamedLog | None, known: str | None) -> tuple[str, str] | None:
+    """(URL, how it was found) once the relaunched server can be reached, else None: its stdout,
+    the log file its command line names, a port its own process tree listens on that answers
+    /health, or the URL it served at before."""
+    url = log.announced_url()
+    if url:
+        return url, "from the relaunch log"
+    url = own_log.announced_url() if own_log is not None else None
+    if url:
+        return url, f"from its log, {own_log.path}"
+    for url in listening_urls(pid):
+        if health(url, 1.0).ok:
+            return url, f"pid {pid} listens there and /health answers 200"
+    if known and health(known, 1.0).ok:
+        return known, f"{known}/health answers 200"
+    return None
 
 
 def _identity_record(run_as: RunAs | None, me: Creds) -> dict[str, Any]:

@@ -1,0 +1,168 @@
+"""The literals a log line must hold to matter to the log reader, derived from the data.
+
+Every signature in triage/data/signatures.yaml is tried on a message only when one of its guards
+is a substring of it, and matches only when its pattern does: so a line that holds none of an
+entry's guards, or none of the literals every match of its pattern must hold, cannot make that
+entry's record. Per entry the more selective of the two sets is kept (a guard such as "137" would
+send every line with that number to Python; the pattern says "exit status 137" or a verb first).
+The reader's own structural lines add theirs: traceback frames, exception lines, the memory
+summary table, Prometheus samples pasted into a log.
+
+Literals are cut to their longest stretch that no log path rewrites: JSON and Go escape quotes,
+backslashes and `<>&`, and non-ASCII text may be escaped, so `File "` is looked for as `File `.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+try:                                          # Python 3.11+: the parser's private home
+    from re import _constants as _sre_c       # type: ignore[attr-defined]
+    from re import _parser as _sre_p          # type: ignore[attr-defined]
+except ImportError:                           # pragma: no cover - Python 3.10
+    import sre_constants as _sre_c            # type: ignore[no-redef]
+    import sre_parse as _sre_p                # type: ignore[no-redef]
+
+from .kinds import Kind
+from .log_patterns import ACCESS_MARK, EXCEPTION
+
+# What a log path may write differently from the message the reader sees (escaped or re-encoded).
+_UNSAFE = frozenset('"\\\'<>&\t\r\n')
+WORD_END = "\\b"         # suffix of a literal that must end a word ("-9" of "exit code -9", not of "-9f3a")
+
+# The reader's structural lines (log_scanner.LogScanner.feed): a traceback's header and frames,
+# the memory_summary() table's title, Prometheus samples pasted into a log.
+STRUCTURAL = ("Traceback (most recent call last)", 'File "', "PyTorch CUDA memory summary",
+              "vllm:", "DCGM_", "dcgm_")
+
+
+def safe_core(text: str) -> str:
+    """The longest stretch of `text` that every log path keeps as it is."""
+    best, run = "", []
+    for ch in text:
+        if ch in _UNSAFE or not (" " <= ch <= "~"):
+            run = []
+            continue
+        run.append(ch)
+        if len(run) > len(best):
+            best = "".join(run)
+    return best
+
+
+def necessary_literals(pattern: str) -> frozenset[str] | None:
+    """A set of literals one of which is in every match of `pattern`, or None when none is known
+    (case-insensitive parts, nothing literal to hold on to)."""
+    try:
+        parsed = _sre_p.parse(pattern)
+    except re.error:
+        return None
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    return _sequence(list(parsed))
+
+
+def _score(found: frozenset[str] | None) -> tuple[float, float]:
+    """Longer literals are rarer: the shortest decides, the average breaks ties."""
+    if not found or not all(found):
+        return (-1, 0)
+    sizes = [len(s.removesuffix(WORD_END)) + (1 if s.endswith(WORD_END) else 0) for s in found]
+    return (min(sizes), sum(sizes) / len(sizes))
+
+
+def _sequence(items: list) -> frozenset[str] | None:
+    """The best necessary set of a sequence of parsed items: each item's own set is necessary."""
+    best: frozenset[str] | None = None
+    run: list[str] = []
+
+    def consider(found: frozenset[str] | None) -> None:
+        nonlocal best
+        if found and _score(found) > _score(best):
+            best = found
+
+    def end_run(word_end: bool = False) -> None:
+        if run:
+            text = "".join(run)
+            core = safe_core(text)
+            consider(frozenset({core + WORD_END if word_end and text.endswith(core) and core[-1:].isalnum()
+                                else core}))
+            run.clear()
+
+    for op, av in items:
+        if op is _sre_c.LITERAL:
+            run.append(chr(av))
+            continue
+        end_run(op is _sre_c.AT and av is _sre_c.AT_BOUNDARY)
+        if op is _sre_c.SUBPATTERN:
+            _group, add_flags, _del, sub = av
+            if not add_flags & re.IGNORECASE:
+                consider(_sequence(list(sub)))
+        elif op is _sre_c.BRANCH:
+            sets = [_sequence(list(branch)) for branch in av[1]]
+            if all(sets):
+                consider(frozenset().union(*sets))        # type: ignore[arg-type]
+        elif op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT) or op.name == "POSSESSIVE_REPEAT":
+            low, _high, sub = av
+            if low >= 1:
+                consider(_sequence(list(sub)))
+        elif op.name == "ATOMIC_GROUP":
+            consider(_sequence(list(av)))
+        # anything else (classes, anchors, look-arounds, back-references) breaks the literal run
+    end_run()
+    return best
+
+
+def _best(*options: frozenset[str] | None) -> frozenset[str]:
+    found = max(options, key=_score)
+    return found if found else frozenset()
+
+
+@dataclass(frozen=True)
+class Anchors:
+    """The literals, by what a line holding them is to the reader once the server serves."""
+
+    feed: tuple[str, ...]          # may make a record at any time: the line is read
+    served: tuple[str, ...]        # only ever an access-log record: says nothing once serving
+    stats: tuple[str, ...]         # only ever a stats line: held raw once serving
+
+    @property
+    def every(self) -> tuple[str, ...]:
+        return self.feed + self.served + self.stats
+
+
+@lru_cache(maxsize=1)
+def anchors() -> Anchors:
+    """The anchors of the signature data and of the reader's own structural lines."""
+    from . import sigdata
+
+    kinds_of: dict[str, set[str]] = {}
+    for entry in sigdata.entries():
+        guards = frozenset(safe_core(g) for g in entry.guards)
+        for literal in _best(guards, necessary_literals(entry.pattern)):
+            kinds_of.setdefault(literal, set()).add(entry.kind)
+    exception = necessary_literals(EXCEPTION.pattern) or frozenset()
+    for literal in {safe_core(s) for s in STRUCTURAL} | exception:
+        kinds_of.setdefault(literal, set()).add("structure")
+    kinds_of.setdefault(safe_core(ACCESS_MARK.decode()), set()).add(Kind.REQUEST_SERVED.value)
+    if "" in kinds_of:            # a guard made only of escapable characters: every line may matter
+        raise ValueError("a signature guard has no literal that survives escaping")
+    feed, served, stats = [], [], []
+    for literal, kinds in sorted(kinds_of.items()):
+        if kinds == {Kind.REQUEST_SERVED.value}:
+            served.append(literal)
+        elif kinds == {Kind.STATS.value}:
+            stats.append(literal)
+        else:
+            feed.append(literal)
+    return Anchors(_minimal(feed), _minimal(served), _minimal(stats))
+
+
+def _minimal(literals: list[str]) -> tuple[str, ...]:
+    """Drop a literal that holds another of the same group: the shorter one finds its lines (one
+    that must end a word finds only its own)."""
+    keep = sorted(set(literals), key=len)
+    out: list[str] = []
+    for lit in keep:
+        if not any(short in lit for short in out if not short.endswith(WORD_END)):
+            out.append(lit)
+    return tuple(sorted(out))
