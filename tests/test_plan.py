@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 from functools import lru_cache
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -355,7 +356,7 @@ def test_text_output_labels_every_figure_and_shows_the_command():
 
 
 @pytest.mark.parametrize("content, problem", [
-    (None, "no such file or directory"),
+    (None, "not a local file or folder: give the model's config.json or its folder"),
     ("{not json", "invalid JSON at line 1"),
     ('{"hidden_size": 4096}', "num_hidden_layers is missing"),
     ("[1, 2]", "not a Hugging Face config"),
@@ -372,6 +373,18 @@ def test_a_bad_config_is_one_line_naming_the_file(tmp_path, content, problem):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"triage: {path}") and problem in lines[0], result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_hub_name_points_to_a_local_config():
+    result = CliRunner().invoke(main, ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4"])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    local = MODELS / "Llama-3.1-8B-Instruct"       # shown from the working directory when under it
+    shown = local.relative_to(Path.cwd()) if local.is_relative_to(Path.cwd()) else local
+    assert result.stderr.strip().splitlines() == [
+        "triage: meta-llama/Llama-3.1-8B-Instruct: not a local file or folder: give the model's config.json or "
+        f"its folder (e.g. {shown})"]
+    result = CliRunner().invoke(main, ["plan", "--model", "acme/NoSuchModel-7B", "--gpu", "L4"])
+    assert result.exit_code == ExitCode.BAD_INPUT and "(e.g. one in " in result.stderr
 
 
 def test_a_folder_without_config_json_and_binary_garbage(tmp_path):

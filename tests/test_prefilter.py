@@ -15,7 +15,8 @@ import yaml
 from triage.evidence import logs, prefilter
 from triage.evidence.base import InputFile, ParseContext
 from triage.evidence.logline import parse_line
-from triage.evidence.prefilter_anchors import anchors, necessary_literals, safe_core
+from triage.evidence.prefilter import anchors
+from triage.evidence.prefilter_anchors import derive, necessary_literals, safe_core
 from triage.timeref import TimeReference
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,8 +127,11 @@ def _line(buf: bytearray, pos: int) -> str:
 
 @pytest.mark.parametrize("pattern, expected", [
     (r"exit status 137\b", {"exit status 137\\b"}),
-    (r"(?:Engine core|Worker) proc \S+ died", {"Engine core", "Worker"}),
-    (r"foo(?:bar|bazz)", {"fooba"}),       # the parser folds the common prefix in
+    (r"(?:Engine core|Worker) proc \S+ died", {"Engine core proc ", "Worker proc "}),
+    (r"foo(?:bar|bazz)", {"foobar", "foobazz"}),      # a stretch matched exactly: its strings
+    (r"batch\{[^}]*\}:(?:prefill|decode)", {"}:prefill", "}:decode"}),
+    (r"exit(?:ed with)? code:? 137\b", {"exit code 137\\b", "exit code: 137\\b", "exited with code 137\\b",
+                                         "exited with code: 137\\b"}),
     (r"(?i)out of memory", None),
     (r'File "x"', {"File "}),
 ])
@@ -139,3 +143,27 @@ def test_necessary_literals(pattern: str, expected: set[str] | None) -> None:
 def test_safe_core_drops_what_escaping_rewrites() -> None:
     assert safe_core('File "/x/y.py"') == "/x/y.py"
     assert safe_core("a<b>c&&d") == "a"
+
+
+def test_the_stored_anchors_are_those_derived_now() -> None:
+    """`python -m triage.evidence.sigdata build` stored the anchors this code derives from the
+    data (a run reads them instead of parsing every pattern)."""
+    from triage.evidence import sigdata
+    from triage.evidence.prefilter_anchors import Anchors, code_stamp
+
+    stored = sigdata.compiled_anchors()
+    assert isinstance(stored, dict) and stored.get("stamp") == code_stamp(), "rebuild: python -m triage.evidence.sigdata build"
+    assert Anchors.from_json(stored) == derive(sigdata.entries())
+    assert anchors() == derive(sigdata.entries())
+
+
+def test_anchors_stored_by_other_code_are_derived_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    from triage.evidence import sigdata
+
+    monkeypatch.setattr(sigdata, "compiled_anchors", lambda: {"stamp": "older code", "feed": ["x"], "served": [],
+                                                              "stats": []})
+    prefilter.anchors.cache_clear()
+    try:
+        assert prefilter.anchors() == derive(sigdata.entries())
+    finally:
+        prefilter.anchors.cache_clear()

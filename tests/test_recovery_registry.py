@@ -33,7 +33,7 @@ def test_every_action_class_is_registered_once_under_its_own_name():
     assert {type(a) for a in REGISTRY.values()} == _action_classes()
     assert all(name == action.name for name, action in REGISTRY.items())
     assert set(REGISTRY) == {"drain", "stop_server", "check_gpu_free", "gpu_reset", "restart", "rollback",
-                             "wait_healthy", "verify", "manual"}
+                             "wait_healthy", "verify", "manual", "prove"}
 
 
 def test_the_validator_runners_and_destructive_steps_come_from_the_classes():

@@ -132,10 +132,13 @@ def test_probe_and_scrape_lines_before_the_first_request_are_skipped_not_lost(tm
         lines += CRASH
     (tmp_path / "vllm.log").write_text("\n".join(lines) + "\n")
     ev = load_evidence([str(tmp_path / "vllm.log")])
-    served = [e for e in ev.of(Kind.REQUEST_SERVED)]
+    served = [e for e in ev.of(Kind.REQUEST_SERVED) if e.fields.get("status", 0) < 500]
     if serving:
-        # The first POST is the one access line kept: it shows the server serving.
+        # The first POST is the one access line kept: it shows the server serving. The crash's
+        # 500s are one more record, the first of them, counting them all.
         assert len(served) == 1 and served[0].line == len(up) + 20_000 + 40 + 1
+        errors = [e for e in ev.of(Kind.REQUEST_SERVED) if e.fields.get("status", 0) >= 500]
+        assert [e.fields["repeats"] for e in errors] == [sum('" 500 ' in line for line in CRASH)]
         verdict, _ = classify_paths([str(tmp_path / "vllm.log")])
         assert verdict.oom_class.value in ("burst", "unknown", "prefix_cache")
         assert int(verdict.facts["failure"]["at"].rsplit(":", 1)[1]) > served[0].line

@@ -31,6 +31,7 @@ LAZY_COMMANDS = {
     "watch": "triage.live.watch.cli:watch",
     "serve": "triage.live.serve.cli:serve",
     "plan": "triage.plan.cli:plan",
+    "prove": "triage.prove.cli:prove",
 }
 
 
@@ -274,11 +275,13 @@ def runbooks(dirs: Sequence[str], as_json: bool) -> None:
 @click.option("--force", is_flag=True, help="Act even if the server answers a real completion again.")
 @click.option("--trust-bundle-launch", "trusted_launches", multiple=True, metavar="DIGEST",
               help="Run the command from the incident bundle whose digest the plan prints (--yes does not).")
+@click.option("--prove", is_flag=True, help="End with `triage prove`: the server under the incident's own peak "
+              "load (parameters: --param prove.duration_s=60 ...).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (or the run report) as JSON.")
 def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str], params: Sequence[str],
             execute: bool, yes: bool, pids: Sequence[int], url: str | None, launch_command: str | None,
             driver: str | None, unit: str | None, deployment: str | None, allow_gpu_reset: bool, force: bool,
-            trusted_launches: Sequence[str], as_json: bool) -> None:
+            trusted_launches: Sequence[str], as_json: bool, prove: bool = False) -> None:
     """Recover INCIDENT with its runbook: a dry-run plan, or --execute it step by step.
 
     Without --execute nothing is signalled, restarted or written. With it, every step is
@@ -298,7 +301,7 @@ def recover(incident: str, runbook_name: str | None, runbook_dirs: Sequence[str]
     try:
         session = open_session(incident, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
                                pids=pids, url=url, launch_command=launch_command, driver=driver,
-                               deployment=deployment)
+                               deployment=deployment, prove=prove)
         click.get_current_context().call_on_close(session.close)
     except TriageError as exc:            # a packed bundle is named as given, not by its temporary copy
         exc.args = tuple(str(a).replace(incident, given) for a in exc.args)

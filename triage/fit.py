@@ -117,10 +117,11 @@ class Fit:
             return None
         return sum(p.bytes for p in self.parts(tp))
 
-    def need_text(self, tp: int | None = None) -> str:
-        """The known parts, summed where there are several."""
+    def need_text(self, tp: int | None = None, brief: bool = False) -> str:
+        """The known parts, summed where there are several; `brief`: by size only (where their
+        sources were given already)."""
         parts = self.parts(tp)
-        text = " + ".join(p.describe() for p in parts)
+        text = " + ".join(f"{gib(p.bytes)} {p.what}" if brief else p.describe() for p in parts)
         return text if len(parts) < 2 else f"{text} = {gib(sum(p.bytes for p in parts))}"
 
     def unknown_text(self) -> str:
@@ -165,19 +166,21 @@ class Fit:
     def budget_text(self, util: float) -> str:
         return f"{util:g} x {gib(self.total.bytes, 2)} = {gib(self.budget(util), 2)}" if self.total else f"{util:g}"
 
-    def check(self, util: float) -> str:
-        """One sentence: what `util` holds, or that the weights are not known."""
+    def check(self, util: float, brief: bool = False) -> str:
+        """One sentence: what `util` holds, or that the weights are not known. `brief`: the parts by
+        size only and what is missing unsaid (a text that gave them already)."""
         if self.weights is None:
             return (f"whether {self.budget_text(util)} holds the server is not known: "
                     f"{self.unknown()} are not in the evidence")
         if not self.total:
             return f"the card's size is not in the evidence: check {self.need_text()} fits"
         need, budget = self.need() or 0, self.budget(util) or 0
-        card = f" (the card: {self.total.source})"
+        card = "" if brief else f" (the card: {self.total.source})"
+        unknown = "" if brief else self.unknown_text()
         if need <= budget:
-            return (f"{self.budget_text(util)}{card} holds {self.need_text()} with {gib(budget - need)} left for "
-                    f"the KV cache and activations{self.unknown_text()}")
-        return f"{self.budget_text(util)}{card} cannot hold {self.need_text()}{self.unknown_text()}"
+            return (f"{self.budget_text(util)}{card} holds {self.need_text(brief=brief)} with {gib(budget - need)} "
+                    f"left for the KV cache and activations{unknown}")
+        return f"{self.budget_text(util)}{card} cannot hold {self.need_text(brief=brief)}{unknown}"
 
 
 # --- gathering ---------------------------------------------------------------------------------
@@ -366,7 +369,9 @@ def _total(ev) -> Part | None:
 
 def options(fit: Fit, blocking: str, others_hold: bool = False) -> list[Recommendation]:
     """When no target for this server fits the GPU as it is: what does, each with its arithmetic
-    (only options whose arithmetic fits). `blocking` opens the first one: why nothing fits."""
+    (only options whose arithmetic fits). `blocking` opens the first one: why nothing fits, with
+    what the server needs and where each part's size comes from; the options then name the parts
+    by size only, each thing said once."""
     out: list[Recommendation] = []
     keep = fit.util or DEFAULT_UTIL
     need = fit.need()
@@ -385,7 +390,7 @@ def options(fit: Fit, blocking: str, others_hold: bool = False) -> list[Recommen
                 f"{blocking} Stop {who} (not this server's, so recovery will not) and keep gpu_memory_utilization "
                 f"{keep:g}: with it gone {gib(fit.free.bytes, 2)} + {gib(sum(t.bytes for t in held), 2)} = "
                 f"{gib(after, 2)} is free, at least the {gib(keep * total, 2)} the target asks for, and "
-                f"{fit.check(keep)}.", "incident", manual=True))
+                f"{fit.check(keep, brief=True)}.", "incident", manual=True))
     # 2. Another GPU.
     card = math.ceil(need / keep / GiB)
     out.append(Recommendation(
@@ -393,8 +398,8 @@ def options(fit: Fit, blocking: str, others_hold: bool = False) -> list[Recommen
         f"{'a GPU' if fit.tp == 1 else f'{fit.tp} GPUs each'} with at least {card} GiB free",
         (f"{blocking} " if not out else "") + f"Or move the server: at gpu_memory_utilization {keep:g} a GPU with "
         f"{card} GiB free gives {keep:g} x {card} GiB = {gib(keep * card * GiB)}, at least what it needs: "
-        f"{fit.need_text()}{fit.unknown_text()}" + ("; add the KV cache it should hold" if fit.kv_one_seq is None
-                                                       else "") + ".",
+        f"{fit.need_text(brief=True)}" + ("; add the KV cache it should hold" if fit.kv_one_seq is None else "")
+        + ".",
         "incident", manual=True))
     # 3. A quantised checkpoint, 4. more tensor parallelism: on this GPU as it is.
     now = fit.util_free_now()

@@ -178,6 +178,13 @@ def format_bytes(n: float | int | None) -> str:
     return f"{int(n)} bytes"
 
 
+def count_noun(n: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun in agreement: `1 request`, `0 requests`, `1,024 sequences`.
+
+    `nouns` is the plural where adding an s is wrong (`1 was`/`2 were` is the caller's)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def clock_parts(value: timedelta) -> tuple[str, int, int, int, int]:
     """(sign, days, hours, minutes, seconds) of a duration rounded to the second; each display
     of durations (timeline, postmortem) formats these its own way."""

@@ -7,9 +7,11 @@ nothing ties to chronic or prefix-cache. It is the default runtime class; its co
 much load evidence there was: KV-cache usage near 100%, a waiting queue growing, preemptions,
 one oversized allocation, an allocator message showing the memory really in use.
 **Not to be confused with**: chronic fragmentation (reserved-but-unallocated at least the failed
-request and a real share of the card) and prefix-cache OOM (low hit rate, cached blocks crowding
-out live KV). A quiet server before the OOM, prefix caching that cannot be judged, a borderline
-allocator reading, or an engine merely reported dead keep it from being named (`unknown`).
+request and a real share of the card) and a prefix-cache OOM (evidence tying the failure to the
+cache: a low hit rate alone is not). A quiet server with a small failed allocation, prefix caching
+turned on with nothing showing load, a borderline allocator reading, or an engine merely reported
+dead keep it from being named (`unknown`). Its advice is runtime_levers': what grew outside the
+pre-sized KV cache, by how much.
 **Recovery**: runbooks/burst.yaml
 """
 from __future__ import annotations

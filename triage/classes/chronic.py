@@ -200,8 +200,8 @@ def recommend(incident: Incident, verdict: Verdict) -> list[Recommendation]:
     causes = {c.id for c in verdict.causes}
     out = []
     if FRAGMENTATION.id in causes or LEAK.id not in causes:
-        frag = next((c for c in verdict.causes if c.id == FRAGMENTATION.id), None)
-        seen = f" ({frag.detail})" if frag and frag.detail else ""
+        # The cause explains the fragmentation and its measure; the advice names it, once.
+        seen = f", the fragmentation the {FRAGMENTATION.id} cause measured" if FRAGMENTATION.id in causes else ""
         out.append(Recommendation("PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True",
                                   "lets the caching allocator grow segments instead of leaving unusable split blocks"
                                   f"{seen} (optionally add garbage_collection_threshold:0.8)",

@@ -12,7 +12,7 @@ what is missing is often the end, where the failure is, so it is `unknown`, nami
 """
 from __future__ import annotations
 
-from ..evidence.kinds import HEALTHY_KINDS, Kind
+from ..evidence.kinds import HEALTHY_KINDS, SERVING_KINDS, Kind
 from ..flowchart import confidence as conf
 from ..flowchart.context import Context
 from ..model import Evidence, OomClass, SourceInfo
@@ -22,6 +22,7 @@ SPEC = ClassSpec(id=OomClass.NO_OOM, label="no OOM found", short_label="healthy"
                  branch=Branch.HEALTHY)
 QUESTION = "Does the evidence show a working server?"
 _HEALTHY = frozenset(k.value for k in HEALTHY_KINDS)
+_SERVING = frozenset(k.value for k in SERVING_KINDS)
 
 
 # Inputs whose error says nothing about the incident's evidence (the bundle's own metadata).
@@ -65,13 +66,25 @@ def assess(ctx: Context) -> Assessment:
     healthy = [e for e in ctx.ev if e.kind in _HEALTHY]
     if not healthy:
         return Assessment(SPEC.id, conf.NONE, "", "nothing recognisable in the evidence")
-    served = [e for e in healthy if e.kind in (Kind.REQUEST_SERVED.value, Kind.STATS.value)]
+    served = [e for e in healthy if e.kind in _SERVING and not _failed_request(e)]
     complete = [e for e in healthy if e.kind == Kind.STARTUP_COMPLETE.value]
     if served:
         why, level = f"the server was serving ({len(served)} request/stats lines) and nothing failed", conf.VERY_HIGH
+        if all(e.kind == Kind.PREEMPTION.value for e in served):
+            # Only the scheduler's back-pressure is in the excerpt: requests were running (a
+            # preemption needs them), and it handled a full KV cache the way it is built to.
+            why = (f"the scheduler preempted requests ({len(served)} line(s)) to make room in the KV cache, "
+                   "which it handles without failing, and nothing failed")
+            level = conf.MEDIUM_HIGH
     elif complete:
         why, level = "start-up completed normally and nothing failed", conf.HIGH
     else:
         why, level = "start-up was progressing normally (no error in the excerpt)", conf.MEDIUM_HIGH
     key = (served or complete or healthy)
     return Assessment(SPEC.id, level, "No OOM: " + why, why, [key[0], key[-1]] if len(key) > 1 else key[:1])
+
+
+def _failed_request(rec: Evidence) -> bool:
+    """An access line that answered an error: not a sign of a working server."""
+    status = rec.fields.get("status")
+    return rec.kind == Kind.REQUEST_SERVED.value and isinstance(status, int) and status >= 500

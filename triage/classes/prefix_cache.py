@@ -1,11 +1,13 @@
-"""Prefix-cache OOM: cached prefix blocks crowd out the live KV cache.
+"""Prefix-cache OOM: the failure is tied to the prefix cache itself.
 
-**Signature**: prefix caching on; a low hit rate (below ~30%: the cache holds prefixes nobody
-reuses); KV usage growing with request count; or a token-pool OOM while most of the pool is
-held by evictable cached prefixes that were not evicted (SGLang radix cache). Versions with a
-known prefix-cache leak make it more likely.
+**Signature**: evidence that ties the failure to the cache: the block pool exhausted or the
+engine's own cache accounting failing with caching on (vLLM's `No usable cache memory left`, V1's
+`Cannot get N free blocks from the pool`, SGLang's radix-cache leak check); KV blocks held beyond
+what the running requests can use; the failing frames in the cache's code; or a prefix-cache bug
+of this version confirmed upstream. Cached blocks live inside the pre-sized pool and are evicted
+first, so a low hit rate costs prefill time, not memory: it is reported, never the reason.
 **Not to be confused with**: illegal memory accesses that only happen with prefix caching on
-(those are faults: not_gpu_oom), and a plain burst (high hit rate, load spike).
+(those are faults: not_gpu_oom), and a burst at a full KV cache with a low hit rate (saturation).
 **Recovery**: runbooks/prefix_cache.yaml
 """
 from __future__ import annotations

@@ -88,8 +88,13 @@ NOT_GPU_KINDS = frozenset({
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").
+#: A preemption is one of them: the scheduler making room in a KV cache sized at start-up is
+#: back-pressure it handles, not a failure (a full KV cache is not an OOM).
 HEALTHY_KINDS = frozenset({
     Kind.WEIGHTS_LOADED, Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.MAX_CONCURRENCY,
     Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE, Kind.STARTUP_STEP, Kind.STARTUP_COMPLETE, Kind.REQUEST_SERVED,
-    Kind.STATS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN,
+    Kind.STATS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN, Kind.PREEMPTION,
 })
+
+#: Healthy records that show requests being served (not only a server starting or up).
+SERVING_KINDS = frozenset({Kind.REQUEST_SERVED, Kind.STATS, Kind.PREEMPTION})

@@ -21,6 +21,8 @@ FAILURE_KINDS = {
     Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR,
 }
 # Requests that show a server up, not serving: probes, scrapes, the model list.
+# HTTP methods of probes and listings, never of inference.
+_PROBE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _NON_SERVING_PATHS = ("/health", "/metrics", "/v1/models", "/ping", "/version", "/load", "/docs", "/openapi.json")
 
 
@@ -34,6 +36,11 @@ def advance_phase(phase: Phase, start: datetime | None, kind: Kind, fields: dict
         if phase is not Phase.STARTING:
             phase = Phase.STARTING
             start = time or start
+    elif kind is Kind.LAUNCH_CONFIG and fields.get("origin") == "command line":
+        # The launch command itself: what follows it, until a readiness or serving line, is start-up.
+        if phase is Phase.UNKNOWN:
+            phase = Phase.STARTING
+            start = time or start
     elif kind in _STARTUP_PROGRESS:
         if phase is Phase.UNKNOWN:
             phase = Phase.STARTING
@@ -41,10 +48,11 @@ def advance_phase(phase: Phase, start: datetime | None, kind: Kind, fields: dict
         if phase is not Phase.SERVING:
             phase = Phase.READY
     elif kind is Kind.REQUEST_SERVED:
-        # Inference is a POST (completions, chat, generate, embeddings); a probe's GET or HEAD
-        # of / or /health shows a server that is up, not one that serves.
+        # Inference is a POST (completions, chat, generate, embeddings) or an engine's own request
+        # record (an offline batch, a request an engine took in); a probe's GET or HEAD of / or
+        # /health shows a server that is up, not one that serves.
         path = str(fields.get("path", ""))
-        if fields.get("status", 500) < 500 and fields.get("method", "POST") == "POST" \
+        if fields.get("status", 500) < 500 and str(fields.get("method", "POST")).upper() not in _PROBE_METHODS \
                 and not path.startswith(_NON_SERVING_PATHS):
             phase = Phase.SERVING
     elif kind is Kind.STATS:

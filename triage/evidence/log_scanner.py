@@ -28,6 +28,14 @@ from .signatures import match_message, pool_detail
 from .torch_oom import is_complete, parse_torch_oom
 
 MAX_FRAMES = 80
+# An access line answered with a server error (`"POST /v1/completions HTTP/1.1" 500`) after a
+# failure: a request the incident failed. Such lines are counted, not recorded one by one (a log
+# holds one record for them all), and only once the log has shown a failure: before it, looking
+# for them would cost the access-line fast path another pass over its bytes. ERROR_MARK is the
+# cheap test of one line.
+ERROR_MARK = b'" 5'
+_ERROR_ACCESS = re.compile(rb' HTTP/[\d.]{1,4}" 5\d\d\b')
+_ERROR_REQUEST = re.compile(r'"([A-Z]{3,7}) (\S+) HTTP/[\d.]{1,4}" (5\d\d)\b')
 MAX_PIDS = 256                  # distinct server PIDs reported per log (a fleet log may interleave many)
 
 
@@ -78,6 +86,9 @@ class LogScanner:
         self.admissions = False          # an admission line was seen while serving: count them per chunk
         self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
         self.pid_tokens: dict[bytes, int] = {}   # their "pid=N" spellings, for the prefilter's counts
+        self.failed = False              # a failure record was made: 5xx access lines count from here
+        self.errors = 0                  # access lines answered with a 5xx status since (see ERROR_MARK)
+        self.first_error: tuple[int, bytes] | None = None   # the first one: (line number, line)
 
     # -- public -------------------------------------------------------------------------------
     @property
@@ -102,6 +113,8 @@ class LogScanner:
         and last time seen — is read from their bytes when it is asked for (see settle)."""
         if start >= end:
             return
+        if self.failed:
+            self._count_errors(buf, start, end, next_line)
         serving = self.phase is Phase.SERVING
         if self.gap is not None:
             if self.gap[0] is buf and self.gap[2] == start and self.gap[3] == serving:
@@ -127,20 +140,28 @@ class LogScanner:
         if when is not None:
             self._last_time = when
 
-    def skippable(self, raw: bytes) -> bool:
+    def skippable(self, raw: bytes, lineno: int | None = None) -> bool:
         """Cheap bytes-level test for the lines that dominate big logs and never matter once serving.
 
-        Access-log lines only tell us the server is serving (the first one is kept); request-log
-        lines carry user prompts, which must never be mistaken for the server's own errors.
+        Access-log lines only tell us the server is serving (the first one is kept; one answered
+        with a 5xx status after a failure is counted, given its line number); request-log lines
+        carry user prompts, which must never be mistaken for the server's own errors.
         """
         if self.busy:
             return False
         if ACCESS_MARK in raw:
-            return self.phase is Phase.SERVING
+            if self.phase is not Phase.SERVING:
+                return False
+            if self.failed and lineno is not None and ERROR_MARK in raw:
+                self._count_errors(raw, 0, len(raw), lineno)
+            return True
         return is_request_log(raw)
 
     def feed(self, lineno: int, raw: str) -> Iterator[Evidence]:
         self.line = raw
+        if self.failed and '" 5' in raw:
+            encoded = raw.encode("utf-8", errors="replace")
+            self._count_errors(encoded, 0, len(encoded), lineno)
         self.repeats.new_line()
         if self.records == self.fed_records:
             self.quiet_line = self.fed_line       # the line fed before this one made no record
@@ -234,6 +255,8 @@ class LogScanner:
     def finish(self) -> Iterator[Evidence]:
         self.settle()
         yield from self._finish_records()
+        if self.first_error is not None:
+            yield self._errors_record()
         self.repeats.close()
         yield from self.stats.flush()
 
@@ -313,6 +336,32 @@ class LogScanner:
                 yield from self._close_traceback(key, None, None, None)
 
     # -- internals ----------------------------------------------------------------------------
+    def _count_errors(self, buf: bytes | bytearray, start: int, end: int, next_line: int) -> None:
+        """Count the 5xx access lines in buf[start:end], whole lines numbered as pass_over's are
+        (the first one's number plus the newlines is `next_line`); keep the first one met."""
+        at = start
+        if self.first_error is None:
+            first = _ERROR_ACCESS.search(buf, start, end)
+            if first is None:
+                return
+            line_start = buf.rfind(b"\n", start, first.start()) + 1 or start
+            line_end = buf.find(b"\n", first.end(), end)
+            self.first_error = (next_line - buf.count(b"\n", first.start(), end),
+                                bytes(buf[line_start:line_end if line_end >= 0 else end]))
+            self.errors += 1
+            at = first.end()
+        self.errors += len(_ERROR_ACCESS.findall(buf, at, end))     # one C-level pass
+
+    def _errors_record(self) -> Evidence:
+        """One record for the log's 5xx access lines: the first one, with `repeats` counting all."""
+        lineno, raw = self.first_error
+        log = parse_line(raw.decode("utf-8", errors="replace"), self.ctx.times)
+        text = log.message.strip()
+        m = _ERROR_REQUEST.search(text)
+        fields: dict[str, Any] = {"method": m.group(1), "path": m.group(2), "status": int(m.group(3))} if m else {}
+        fields["repeats"] = self.errors
+        return self._record(lineno, log.time, Kind.REQUEST_SERVED, text, fields)
+
     def _server_process(self, lineno: int, log: LogLine) -> Evidence:
         """The first line a server process wrote: its PID, role and a time it was already alive.
 
@@ -428,6 +477,7 @@ class LogScanner:
     def _record(self, lineno: int | None, time: datetime | None, kind: Kind, text: str,
                 fields: dict[str, Any]) -> Evidence:
         if kind in FAILURE_KINDS:
+            self.failed = True
             fields["phase"] = self.phase.value
             start = self.lifecycle_start
             when = time or self.last_time

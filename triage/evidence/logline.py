@@ -30,6 +30,7 @@ _ISO = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2}
 _ENVELOPES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\s*>\s?"),                                                   # quoted paste
     re.compile(r"^\s*-\s(?=\S)"),                                              # bulleted paste
+    re.compile(r"^\s*(?:\*\*|__)(?=\S)"),                                       # markdown bold opened on a pasted line
     re.compile(r"^\s*\|\s"),                                                   # CI gutter
     re.compile(rf"^(?P<iso>{_ISO})\s+(?:stdout|stderr)\s+[FP]\s"),             # CRI (containerd)
     re.compile(rf"^(?:INFO|WARNING|ERROR|DEFAULT|DEBUG|NOTICE|CRITICAL)\s+(?P<iso>{_ISO})\s+\[[^\]]*\]\s*"),  # cloud logging export
@@ -210,6 +211,8 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
 
 def _line(message: str, level, time, process, pid, rank, file, origin) -> LogLine:
     indented = message[:1] in (" ", "\t")
+    if message.endswith("**") and not message.endswith("***"):
+        message = message[:-2]      # markdown bold closed at the end of a pasted line
     if level == "WARN":
         level = "WARNING"
     return LogLine(message.rstrip(), level, time, process, pid, rank, file, origin, indented)

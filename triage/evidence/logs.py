@@ -18,8 +18,6 @@ from typing import Iterator
 from ..model import Evidence, Phase
 from .base import InputFile, ParseContext
 from .log_blocks import BLOCK, iter_blocks
-from .log_fast_path import LEAF
-from .log_fast_path import odd_lines as _odd_lines  # noqa: F401  (its old name, still imported by tests)
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CHUNK, MIN_CHUNK, REQUEST_REJECTED, SERVING_REQUEST,
                            is_request_log, short_path)
 from .log_scanner import MAX_FRAMES, MAX_PIDS, LogScanner
@@ -34,6 +32,16 @@ __all__ = [
     "REQUEST_REJECTED", "SERVING_REQUEST", "LogScanner", "is_request_log", "iter_blocks", "parse", "short_path",
     "sniff",
 ]
+
+
+def __getattr__(name: str):
+    """The fast path's names, imported on first use (a small file's classify never needs them):
+    LEAF, and odd_lines under its old name `_odd_lines`."""
+    if name in ("LEAF", "_odd_lines"):
+        from . import log_fast_path
+
+        return log_fast_path.LEAF if name == "LEAF" else log_fast_path.odd_lines
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sniff(head: bytes, name: str) -> int:
@@ -60,7 +68,7 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
                 continue
             nl = buf.find(b"\n", pos)
             raw = buf[pos:nl]
-            if not scanner.skippable(raw):
+            if not scanner.skippable(raw, lineno):
                 yield from scanner.feed(lineno, raw.decode("utf-8", errors="replace"))
                 if scanner.repeated_tb is not None:
                     scanner.learn_block(buf, nl + 1, lineno)

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 from ..timeref import TimeReference
 from .logline import parse_line
 from .log_patterns import ACCESS_MARK
-from .prefilter_anchors import WORD_END, anchors
+from .prefilter_anchors import WORD_END, Anchors, code_stamp, derive
 
 ACCESS_ANCHOR = ACCESS_MARK.decode()
 READY_ANCHOR = "POST /"          # the request line of a POST, quotes left out (JSON escapes them)
@@ -129,6 +129,21 @@ def _build(literals: tuple[str, ...]) -> Matcher:
         return _TrieRegex(literals)
     except Exception:       # a wheel that does not run on this CPU: the pure-Python matcher is exact too
         return _TrieRegex(literals)
+
+
+@lru_cache(maxsize=1)
+def anchors() -> Anchors:
+    """The anchors of the signature data and of the reader's own structural lines: those stored
+    in the compiled signatures JSON when it is current and was derived by this code, else derived
+    now (slower, never different)."""
+    from . import sigdata
+
+    stored = sigdata.compiled_anchors()
+    if isinstance(stored, dict) and stored.get("stamp") == code_stamp():
+        found = Anchors.from_json(stored)
+        if found is not None:
+            return found
+    return derive(sigdata.entries())
 
 
 @lru_cache(maxsize=None)

@@ -10,12 +10,20 @@ summary table, Prometheus samples pasted into a log.
 
 Literals are cut to their longest stretch that no log path rewrites: JSON and Go escape quotes,
 backslashes and `<>&`, and non-ASCII text may be escaped, so `File "` is looked for as `File `.
+
+Deriving them parses every pattern (tens of milliseconds), so `python -m triage.evidence.sigdata
+build` stores them in the compiled signatures JSON, stamped with `code_stamp()` (this module's
+and log_patterns.py's source, and the Python version whose regex parser read the patterns);
+prefilter.anchors() reads them from there when the stamps match and derives them when not.
 """
 from __future__ import annotations
 
+import hashlib
 import re
+import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
 
 try:                                          # Python 3.11+: the parser's private home
     from re import _constants as _sre_c       # type: ignore[attr-defined]
@@ -71,9 +79,11 @@ def _score(found: frozenset[str] | None) -> tuple[float, float]:
 
 
 def _sequence(items: list) -> frozenset[str] | None:
-    """The best necessary set of a sequence of parsed items: each item's own set is necessary."""
+    """The best necessary set of a sequence of parsed items: each item's own set is necessary, and
+    so is the set of strings a stretch of items matches exactly ("batch{" ... "}:" then "prefill"
+    or "decode" gives "}:prefill" and "}:decode", rarer than each part)."""
     best: frozenset[str] | None = None
-    run: list[str] = []
+    run: frozenset[str] | None = None          # the strings the items since the last break match
 
     def consider(found: frozenset[str] | None) -> None:
         nonlocal best
@@ -81,16 +91,24 @@ def _sequence(items: list) -> frozenset[str] | None:
             best = found
 
     def end_run(word_end: bool = False) -> None:
+        nonlocal run
         if run:
-            text = "".join(run)
-            core = safe_core(text)
-            consider(frozenset({core + WORD_END if word_end and text.endswith(core) and core[-1:].isalnum()
-                                else core}))
-            run.clear()
+            cores = set()
+            for text in run:
+                core = safe_core(text)
+                bounded = word_end and core and text.endswith(core) and core[-1].isalnum()
+                cores.add(core + WORD_END if bounded else core)
+            consider(frozenset(cores))
+        run = None
 
     for op, av in items:
-        if op is _sre_c.LITERAL:
-            run.append(chr(av))
+        exact = _exact(op, av)
+        if exact is not None:
+            joined = exact if run is None else _product(run, exact)
+            if joined is None:
+                end_run()
+                joined = exact
+            run = joined
             continue
         end_run(op is _sre_c.AT and av is _sre_c.AT_BOUNDARY)
         if op is _sre_c.SUBPATTERN:
@@ -112,6 +130,65 @@ def _sequence(items: list) -> frozenset[str] | None:
     return best
 
 
+MAX_EXACT = 16           # the most strings a stretch matched exactly is spelled out as
+
+
+def _product(heads: frozenset[str], tails: frozenset[str]) -> frozenset[str] | None:
+    if len(heads) * len(tails) > MAX_EXACT:
+        return None
+    return frozenset(h + t for h in heads for t in tails)
+
+
+def _exact(op, av) -> frozenset[str] | None:
+    """The strings a parsed item matches, when they are few (a literal, a small class of literal
+    characters, a group or alternation of such, an optional or short fixed repeat of one)."""
+    if op is _sre_c.LITERAL:
+        return frozenset({chr(av)})
+    if op is _sre_c.SUBPATTERN:
+        _group, add_flags, _del, sub = av
+        return None if add_flags & re.IGNORECASE else _exact_sequence(list(sub))
+    if op is _sre_c.BRANCH:
+        found: set[str] = set()
+        for branch in av[1]:
+            alt = _exact_sequence(list(branch))
+            if alt is None or len(found | alt) > MAX_EXACT:
+                return None
+            found |= alt
+        return frozenset(found)
+    if op is _sre_c.IN:
+        if len(av) > MAX_EXACT or not all(o is _sre_c.LITERAL for o, _ in av):
+            return None                            # a range, a category, a negated class
+        return frozenset(chr(v) for _, v in av)
+    if op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT) or op.name == "POSSESSIVE_REPEAT":
+        low, high, sub = av
+        unit = _exact_sequence(list(sub))
+        if unit is None or high > 3:
+            return None
+        out: set[str] = set()
+        power: frozenset[str] | None = frozenset({""})
+        for count in range(high + 1):
+            if count >= low:
+                out |= power
+            if count < high:
+                power = _product(power, unit)
+                if power is None:
+                    return None
+        return frozenset(out) if len(out) <= MAX_EXACT else None
+    return None
+
+
+def _exact_sequence(items: list) -> frozenset[str] | None:
+    out: frozenset[str] | None = frozenset({""})
+    for op, av in items:
+        part = _exact(op, av)
+        if part is None:
+            return None
+        out = _product(out, part)
+        if out is None:
+            return None
+    return out
+
+
 def _best(*options: frozenset[str] | None) -> frozenset[str]:
     found = max(options, key=_score)
     return found if found else frozenset()
@@ -130,13 +207,25 @@ class Anchors:
         return self.feed + self.served + self.stats
 
 
-@lru_cache(maxsize=1)
-def anchors() -> Anchors:
-    """The anchors of the signature data and of the reader's own structural lines."""
-    from . import sigdata
+    def to_json(self) -> dict[str, list[str]]:
+        return {"feed": list(self.feed), "served": list(self.served), "stats": list(self.stats)}
 
+    @classmethod
+    def from_json(cls, doc: Any) -> "Anchors | None":
+        """The anchors stored by to_json, or None when `doc` is not such a record."""
+        if not isinstance(doc, dict):
+            return None
+        groups = [doc.get(k) for k in ("feed", "served", "stats")]
+        if not all(isinstance(g, list) and all(isinstance(x, str) and x for x in g) for g in groups):
+            return None
+        return cls(*(tuple(g) for g in groups))
+
+
+def derive(entries: Iterable[Any]) -> Anchors:
+    """The anchors of the signature entries (sigdata.Entry: guards, pattern, kind) and of the
+    reader's own structural lines."""
     kinds_of: dict[str, set[str]] = {}
-    for entry in sigdata.entries():
+    for entry in entries:
         guards = frozenset(safe_core(g) for g in entry.guards)
         for literal in _best(guards, necessary_literals(entry.pattern)):
             kinds_of.setdefault(literal, set()).add(entry.kind)
@@ -155,6 +244,19 @@ def anchors() -> Anchors:
         else:
             feed.append(literal)
     return Anchors(_minimal(feed), _minimal(served), _minimal(stats))
+
+
+_SOURCES = ("prefilter_anchors.py", "log_patterns.py", "kinds.py")
+
+
+def code_stamp() -> str:
+    """What the derivation depends on besides the signature data: its own code, the reader's
+    structural patterns and kinds, and the regex parser (the Python version)."""
+    sha = hashlib.sha256(b"%d.%d\0" % sys.version_info[:2])
+    here = Path(__file__).resolve().parent
+    for name in _SOURCES:
+        sha.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
+    return sha.hexdigest()
 
 
 def _minimal(literals: list[str]) -> tuple[str, ...]:

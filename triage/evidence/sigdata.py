@@ -11,6 +11,8 @@ Cold start: the classifier must not pay for YAML parsing. `python -m triage.evid
 build` writes the entries (without their examples) as JSON next to the YAML, stamped with the
 YAML's SHA-256; loading reads that JSON when the stamp matches and falls back to libyaml's
 C loader when it does not (a stale or missing compiled file costs speed, never correctness).
+The same file holds the log prefilter's anchors derived from the entries (prefilter_anchors.py),
+stamped also with the code that derives them (see compiled_anchors).
 
 Every pattern must run in linear time on any line: no nested or overlapping unbounded
 quantifiers (`(\\w+\\s?)+`, `.*X.*Y`, `\\s*.*\\s*`). tests/test_signature_data.py runs each
@@ -94,25 +96,45 @@ def compiled_form(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build(path: Path = DATA, out: Path = COMPILED) -> Path:
-    """Check the data file and write its compiled JSON form (stamped with the YAML's digest)."""
+    """Check the data file and write its compiled JSON form (stamped with the YAML's digest),
+    with the prefilter's anchors derived from it (stamped with the deriving code's digest)."""
+    from .prefilter_anchors import code_stamp, derive
+
     raw = load_raw(path)
     validate(raw)
-    out.write_text(json.dumps({"sha256": _digest(path), "signatures": compiled_form(raw)}, ensure_ascii=False,
-                              separators=(",", ":")) + "\n", encoding="utf-8")
+    form = compiled_form(raw)
+    anchors = {"stamp": code_stamp(), **derive(_entry(item) for item in form).to_json()}
+    out.write_text(json.dumps({"sha256": _digest(path), "signatures": form, "anchors": anchors},
+                              ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+    _current.cache_clear()
+    entries.cache_clear()
     return out
+
+
+@lru_cache(maxsize=4)
+def _current(path: Path) -> dict[str, Any] | None:
+    """The compiled JSON form of the data file at `path` when it is current, else None."""
+    try:
+        doc = json.loads(path.with_suffix(".compiled.json").read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("sha256") == _digest(path) and isinstance(doc.get("signatures"), list):
+            return doc
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def compiled_anchors(path: Path = DATA) -> Any:
+    """The prefilter's anchors stored with the current compiled form: a mapping with the deriving
+    code's "stamp" and the literal groups (see prefilter_anchors.Anchors.to_json), or None."""
+    doc = _current(path)
+    return doc.get("anchors") if doc is not None else None
 
 
 @lru_cache(maxsize=1)
 def entries(path: Path = DATA) -> tuple[Entry, ...]:
     """The entries in priority order (the order of the file): the compiled form when it is current."""
-    items: list[dict[str, Any]] | None = None
-    compiled = path.with_suffix(".compiled.json")
-    try:
-        doc = json.loads(compiled.read_text(encoding="utf-8"))
-        if doc.get("sha256") == _digest(path):
-            items = doc["signatures"]
-    except (OSError, ValueError, KeyError, TypeError):
-        items = None
+    doc = _current(path)
+    items: list[dict[str, Any]] | None = doc["signatures"] if doc is not None else None
     if items is None:
         raw = load_raw(path)
         validate(raw)

@@ -58,19 +58,27 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     from .frames import frames    # the frame vocabulary is read only when a stack must decide
 
     tbs = ctx.tracebacks_near(anchor)
-    stack = ctx.frames_near(anchor)
     vocab = frames()
+    methods = _worker_methods(ctx, anchor)
+    # A worker wrapper's "while processing method X" names the function the worker ran: read it as
+    # the stack's outermost frame.
+    stack = [("<worker method>", 0, _method(m)) for m in methods] + ctx.frames_near(anchor)
     idle = any(f[2] == vocab.idle_marker for f in stack)
     start_frames = [f for f in stack if vocab.is_startup(f) and not (idle and f[2] in vocab.idle_not_startup)]
     if start_frames:
         f = start_frames[0]
+        if f[0] == "<worker method>":
+            return PhaseAnswer("startup", f"the worker failed while running {f[2]}, a start-up method", conf.VERY_HIGH,
+                               methods[:1] + tbs[:1])
         return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {short_path(f[0])})",
                            conf.VERY_HIGH, tbs[:2])
     run_frames = [f for f in stack if f[2] in vocab.runtime]
     if run_frames:
         f = run_frames[0]
-        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {short_path(f[0])})",
-                           conf.FAIRLY_HIGH, tbs[:2], _uptime(anchor), request_work=True)
+        where = "a serving-loop method" if f[0] == "<worker method>" else short_path(f[0])
+        return PhaseAnswer("runtime", f"the failing stack is in the serving loop ({f[2]} in {where})",
+                           conf.FAIRLY_HIGH, (methods[:1] if f[0] == "<worker method>" else []) + tbs[:2],
+                           _uptime(anchor), request_work=True)
     step = _step_failure(ctx, anchor)
     if step is not None:
         return PhaseAnswer("runtime", f"the engine failed a model step for scheduled requests ({step.where}): the "
@@ -93,6 +101,12 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                  and e.kind in ("weights_loaded", "memory_profile", "kv_capacity", "startup_begin", "launch_config")]
         return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)", conf.FAIRLY_HIGH,
                            marks[-1:])
+    answered = _error_answers(ctx, anchor)
+    if answered is not None:
+        return PhaseAnswer("runtime", f"the API answered inference requests with server errors beside the failure "
+                                      f"({answered.where}): it failed while serving them", conf.MEDIUM_HIGH, [answered],
+                           _uptime(anchor), request_work=True)
+
     dead = ctx.ev.of(Kind.ENGINE_DEAD, Kind.REQUEST_FAILED)
     failed = ctx.ev.of(Kind.ENGINE_START_FAILED)
     if failed and not dead:
@@ -111,6 +125,45 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                            dead[:1])
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", conf.NONE,
                        tbs[:1])
+
+
+# Engines that load (or swap in) a model when a request names it.
+_LOAD_ON_REQUEST = frozenset({"ollama", "xinference", "localai"})
+
+
+def _near(anchor: Evidence, rec: Evidence) -> bool:
+    return rec.source == anchor.source and (rec.line is None or anchor.line is None
+                                            or abs(rec.line - anchor.line) <= SAME_FAILURE_LINES)
+
+
+def _worker_methods(ctx: Context, anchor: Evidence) -> list[Evidence]:
+    """Worker-wrapper records naming the method that raised, beside the failure."""
+    return [rec for rec in ctx.ev.of(Kind.EXCEPTION)
+            if _method(rec) and _near(anchor, rec) and not _restart_between(ctx, anchor, rec)]
+
+
+def _method(rec: Evidence) -> str:
+    """The worker method a wrapper record names (its wordings fill different fields)."""
+    return str(rec.fields.get("worker_method") or rec.fields.get("worker_method2") or rec.fields.get("worker_method3")
+               or "")
+
+
+def _error_answers(ctx: Context, anchor: Evidence) -> Evidence | None:
+    """The API answering an inference request with a 5xx beside the failure: a request was being
+    served when it happened (a probe's or listing's error says nothing of the kind). Servers that
+    load a model on its first request (Ollama and other model-swapping wrappers) answer 500 when
+    that load fails too, so there it says nothing about the phase."""
+    if ctx.engine in _LOAD_ON_REQUEST:
+        return None
+    for rec in ctx.ev.of(Kind.REQUEST_SERVED):
+        status = rec.fields.get("status")
+        if not (isinstance(status, int) and status >= 500) or rec.source != anchor.source:
+            continue
+        if str(rec.fields.get("method", "POST")).upper() in ("GET", "HEAD", "OPTIONS"):
+            continue
+        if _near(anchor, rec) or (rec.line is not None and anchor.line is not None and rec.line > anchor.line):
+            return rec
+    return None
 
 
 def _step_failure(ctx: Context, anchor: Evidence) -> Evidence | None:

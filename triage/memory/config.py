@@ -132,8 +132,28 @@ def find_config(path: str | os.PathLike[str]) -> Path:
         if not p.is_file():
             raise BadInput(str(path), f"a directory without {CONFIG_NAME}: give the model's config.json or its folder")
     elif not p.exists():
-        raise BadInput(str(path), "no such file or directory")
+        raise BadInput(str(path), "not a local file or folder: give the model's config.json or its folder"
+                       + _example(p.name))
     return p
+
+
+def _example(name: str) -> str:
+    """` (e.g. samples/models/NAME)`: the repository's copy of the model a missing path names (a hub
+    name such as meta-llama/Llama-3.1-8B-Instruct), else its folder of them; empty where none is at
+    hand (an installed package)."""
+    models = Path(__file__).resolve().parents[2] / "samples" / "models"
+    try:
+        folders = sorted(d for d in models.iterdir() if (d / CONFIG_NAME).is_file())
+    except OSError:
+        return ""
+    if not folders:
+        return ""
+    same = [d for d in folders if d.name.lower() == name.lower()]
+    try:
+        shown = (same[0] if same else models).relative_to(Path.cwd())
+    except ValueError:
+        shown = same[0] if same else models
+    return f" (e.g. {shown})" if same else f" (e.g. one in {shown}{os.sep})"
 
 
 def local_config(model: str | None) -> Path | None:

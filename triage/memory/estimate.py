@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..units import count_noun
 from .config import ModelShape
 
 GiB = 1 << 30
@@ -81,7 +82,7 @@ def _attention_width(s: ModelShape, tp: int) -> int:
 
 def sampler_peak(shape: ModelShape, seqs: int) -> Estimate:
     total = seqs * shape.vocab * SAMPLER_BYTES_PER_LOGIT
-    return Estimate(total, f"{seqs:,} sequences x {shape.vocab:,} vocabulary x {SAMPLER_BYTES_PER_LOGIT} bytes "
+    return Estimate(total, f"{count_noun(seqs, 'sequence')} x {shape.vocab:,} vocabulary x {SAMPLER_BYTES_PER_LOGIT} bytes "
                            "(fp32 logits and probabilities)")
 
 

@@ -17,6 +17,7 @@ from ..memory.config import ModelShape
 from ..memory.levers import KV_FP8, QUANT_OPTIONS, TP_OPTIONS, UTIL_OPTIONS
 from .checks import valid_tp
 from .engines import Sizing
+from ..units import count_noun
 from .verdicts import FITS, TIGHT, gib
 
 GiB = 1 << 30
@@ -50,7 +51,7 @@ def alternatives(shape: ModelShape, o, req, sizing: Sizing, evaluate: Callable) 
             f"{what}{gib(got.figures['budget'].value)} budget - {gib(got.figures['weights_per_gpu'].value)} weights - "
             f"{gib(got.figures['profile_peak'].value)} activations - {gib(got.figures['non_torch'].value)} non-torch"
             f" = {gib(max(got.pool, 0))} KV cache = {got.capacity:,} tokens at {got.kv.per_token:,} bytes a token; "
-            f"{got.max_num_seqs_supported:,} sequences of {int(got.value('max_model_len')):,} at once{risk}"), manual))
+            f"{count_noun(got.max_num_seqs_supported, 'sequence')} of {int(got.value('max_model_len')):,} at once{risk}"), manual))
 
     util = float(o.value("gpu_memory_utilization"))
     for target in UTIL_OPTIONS:
@@ -68,7 +69,7 @@ def alternatives(shape: ModelShape, o, req, sizing: Sizing, evaluate: Callable) 
         for name, size in QUANT_OPTIONS:
             consider("checkpoint", shape.name, f"{name} checkpoint of it",
                      replace(req, quantization="fp8" if size >= 1 else "awq"), manual=True,
-                     what=f"weights at {size:g} byte(s) per parameter: ")
+                     what=f"weights at {size:g} byte{'' if size == 1 else 's'} per parameter: ")
     # Within a lever: fits before tight, then the fewest GPUs (tensor parallelism), the most faithful
     # checkpoint (QUANT_OPTIONS' order, kept by the stable sort) or the largest KV cache (the rest).
     found.sort(key=lambda a: (_COST.get(a.setting, 9), a.verdict != FITS,

@@ -32,6 +32,7 @@ from ..memory.precision import QUANT_OPTIONS, dtype_bytes, kv_dtype_bytes, quant
 from ..memory.weights import weights as weights_of
 from ..model import Recommendation
 from ..thresholds import FREE_MARGIN
+from ..units import count_noun
 from . import burst as burst_model
 from .checks import refusals
 from .engines import Sizing
@@ -297,9 +298,10 @@ def _verdict(o: Outcome, shape: ModelShape, req: Request, sizing: Sizing, weight
                      "reused blocks fits, two do not")
     if o.burst:
         n, l = o.burst
-        tight.append(f"a burst of {n:,} sequences x {l:,} tokens fills the KV cache ({o.capacity:,} tokens) before "
+        tight.append(f"a burst of {count_noun(n, 'sequence')} x {l:,} tokens fills the KV cache ({o.capacity:,} tokens) before "
                      f"each reaches max_model_len {length:,}; the engine then preempts (requests stall, nothing "
-                     f"crashes); {o.max_num_seqs_supported:,} sequences of {length:,} tokens fit at once")
+                     f"crashes); {count_noun(o.max_num_seqs_supported, 'sequence')} of {length:,} tokens "
+                     f"{'fits' if o.max_num_seqs_supported == 1 else 'fit'} at once")
     if sizing.engine == "sglang" and o.capacity < length:
         tight.append(f"the pool holds {o.capacity:,} tokens, fewer than context_length {length:,}: SGLang starts but "
                      "cannot serve a request that long")
@@ -309,7 +311,8 @@ def _verdict(o: Outcome, shape: ModelShape, req: Request, sizing: Sizing, weight
     if tight:
         o.verdict, o.reasons = TIGHT, tight
     else:
-        o.reasons = [f"it starts with {gib(o.pool)} of KV cache, {o.capacity:,} tokens: all {seqs:,} sequences can "
+        o.reasons = [f"it starts with {gib(o.pool)} of KV cache, {o.capacity:,} tokens: "
+                     f"{'its one sequence' if seqs == 1 else 'all ' + count_noun(seqs, 'sequence')} can "
                      f"reach max_model_len {length:,} at once"]
 
 
@@ -395,7 +398,7 @@ def recommend(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing, rows:
     if now.burst and 2 <= now.max_num_seqs_supported < seqs:
         n = now.max_num_seqs_supported
         out.append(Recommendation("max_num_seqs", seqs, n, (
-            f"{n:,} sequences of max_model_len {length:,} fit the KV cache at once ({gib(now.pool)} / "
+            f"{count_noun(n, 'sequence')} of max_model_len {length:,} fit the KV cache at once ({gib(now.pool)} / "
             f"{gib(now.one_seq)}), so no burst the server admits can fill it; where real sequences are shorter, "
             f"{now.capacity:,} tokens / your P99 length is the cap instead"), "plan"))
     return out

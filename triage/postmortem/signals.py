@@ -13,6 +13,7 @@ from ..budget import engine_budget as _engine_budget
 from ..evidence.kinds import GPU_OOM_KINDS, Kind
 from ..model import Evidence, EvidenceSet, Verdict
 from ..thresholds import DISCREPANCY, KV_HIGH, LOW_HIT_RATE
+from ..units import count_noun
 from ..redact import redact_output
 from .chart import Series, collect_series, node_of
 from .views import Claim, EarlierSignal, hms, span
@@ -98,16 +99,20 @@ def impact_claims(evidence: EvidenceSet, notes: Sequence[tuple[str, str, tuple[s
                      f"{int(load.fields.get('waiting') or 0)} waiting")
         cites.append(load.where)
     if parts:
-        out.append(Claim(f"{dropped:,} requests were in flight when {'the engines' if len(parts) > 1 else 'the engine'} "
-                         f"died, and were dropped ({'; '.join(parts)})", tuple(cites)))
+        was = "was" if dropped == 1 else "were"
+        out.append(Claim(f"{count_noun(dropped, 'request')} {was} in flight when "
+                         f"{'the engines' if len(parts) > 1 else 'the engine'} died, and {was} dropped "
+                         f"({'; '.join(parts)})", tuple(cites)))
     failed = evidence.of(Kind.REQUEST_FAILED)
     if failed:
         count = sum(int(e.fields.get("repeats") or 1) for e in failed)     # a bucket stands for its lines
-        out.append(Claim(f"{count} request(s) failed mid-generation in the attached logs",
+        out.append(Claim(f"{count_noun(count, 'request')} failed mid-generation in the attached logs",
                          tuple(e.where for e in failed[:3])))
     errors = [e for e in evidence.of(Kind.REQUEST_SERVED) if _int(e.fields.get("status")) >= 500]
     if errors:
-        out.append(Claim(f"{len(errors)} request(s) answered with a 5xx status in the attached logs",
+        count = sum(int(e.fields.get("repeats") or 1) for e in errors)     # one record counts a log's lines
+        out.append(Claim(f"{count_noun(count, 'request')} answered with a 5xx status after the failure, in the "
+                         "attached logs' access lines",
                          tuple(e.where for e in errors[:3])))
     out += _error_rates(evidence, notes)
     out += _pod_restarts(evidence)
@@ -168,8 +173,8 @@ def trigger_claims(evidence: EvidenceSet, verdict: Verdict) -> list[Claim]:
     if load is not None:
         f = load.fields
         kv = f" at {100 * f['kv_usage']:.1f}% KV-cache usage" if isinstance(f.get("kv_usage"), (int, float)) else ""
-        out.append(Claim(f"Load just before it: {int(f['running'])} requests running, {int(f.get('waiting') or 0)} "
-                         f"waiting{kv}", (load.where,)))
+        out.append(Claim(f"Load just before it: {count_noun(int(f['running']), 'request')} running, "
+                         f"{int(f.get('waiting') or 0)} waiting{kv}", (load.where,)))
     later = first_failure_per_node(evidence)[1:]
     if later:
         out.append(Claim(f"The same failure followed on {len(later)} more server{'s' if len(later) > 1 else ''} by "

@@ -61,7 +61,7 @@ class Session:
 def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs: Sequence[str] = (),
                  params: Sequence[str] = (), pids: Sequence[int] = (), url: str | None = None,
                  launch_command: str | None = None, driver: str | None = None,
-                 deployment: str | None = None) -> Session:
+                 deployment: str | None = None, prove: bool = False) -> Session:
     """Read the incident and build the plan. Reads /proc and actions.jsonl; writes nothing."""
     root = Path(incident)
     if not root.is_dir():
@@ -71,7 +71,8 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
     held = HeldDir.open(root)
     try:
         return _open_session(root, held, runbook_name=runbook_name, runbook_dirs=runbook_dirs, params=params,
-                             pids=pids, url=url, launch_command=launch_command, driver=driver, deployment=deployment)
+                             pids=pids, url=url, launch_command=launch_command, driver=driver, deployment=deployment,
+                             prove=prove)
     except BaseException:
         held.close()
         raise
@@ -79,7 +80,7 @@ def open_session(incident: str, *, runbook_name: str | None = None, runbook_dirs
 
 def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runbook_dirs: Sequence[str],
                   params: Sequence[str], pids: Sequence[int], url: str | None, launch_command: str | None,
-                  driver: str | None, deployment: str | None) -> Session:
+                  driver: str | None, deployment: str | None, prove: bool = False) -> Session:
     from ..api import classify_paths
 
     incident = str(root)
@@ -95,6 +96,10 @@ def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runboo
         raise NoRunbook(f"{incident}: the verdict is {verdict.oom_class.value}; choose a runbook with --runbook "
                         "(triage runbooks lists them)")
     book = select(load_runbooks([Path(d) for d in runbook_dirs]), name)
+    if prove:                          # `recover --prove`: the proof under the incident's peak, last
+        from .actions.prove import with_prove_step
+
+        book = with_prove_step(book)
     if params:
         book = with_overrides(book, params)
     if url is not None:

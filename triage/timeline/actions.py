@@ -24,7 +24,8 @@ if TYPE_CHECKING:                  # recovery loads only when a bundle has an au
     from ..recovery.hostkey import HostKey
 
 FILENAME = "actions.jsonl"
-HEALTH_ACTIONS = frozenset({"wait_healthy", "verify", "health_check", "deep_health_check"})
+# A proof under the incident's peak load that held is the strongest health check there is.
+HEALTH_ACTIONS = frozenset({"wait_healthy", "verify", "health_check", "deep_health_check", "prove"})
 # Every field the timeline and the postmortem read from a record, with the types recovery writes.
 # The hash chain's own fields (seq, prev, hash, mac) are read only by the audit verifier.
 ACTION_FIELDS = spec(time="string", run_id="string null", step="string null", action="string null",
