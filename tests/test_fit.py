@@ -293,3 +293,21 @@ def test_min_free_share_takes_a_number_or_target():
     parse_runbook({**GOOD, "steps": [{**step, "params": {"min_free_share": "target"}}]}, "ok.yaml")
     with pytest.raises(RunbookError, match="expected a number or target"):
         parse_runbook({**GOOD, "steps": [{**step, "params": {"min_free_share": "half"}}]}, "bad.yaml")
+
+
+def test_each_part_and_its_source_is_said_once():
+    """The options after the first name what the server needs by size only: the first says where
+    each size comes from and what is not in the evidence."""
+    verdict, _ = classify_paths([str(sample("startup-other-tenant"))])
+    text = " ".join(r.why for r in verdict.recommendations)
+    assert text.count("59.6 GiB weights (estimated: 32B parameters (from the model name)") == 1
+    assert text.count("(not in the evidence: ") == 1
+    assert "holds 59.6 GiB weights with 11.7 GiB left" in text and "at least what it needs: 59.6 GiB weights;" in text
+
+
+def test_the_allocator_advice_names_the_fragmentation_it_does_not_repeat_it():
+    verdict, _ = classify_paths([str(sample("chronic-fragmentation"))])
+    cause = next(c for c in verdict.causes if c.id == "allocator_fragmentation")
+    rec = next(r for r in verdict.recommendations if r.setting == "PYTORCH_CUDA_ALLOC_CONF")
+    assert "split into smaller pieces" in cause.detail and "split into smaller pieces" not in rec.why
+    assert "the fragmentation the allocator_fragmentation cause measured" in rec.why

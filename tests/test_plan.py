@@ -375,6 +375,15 @@ def test_a_bad_config_is_one_line_naming_the_file(tmp_path, content, problem):
     assert "Traceback" not in result.output
 
 
+def test_one_sequence_is_a_sequence():
+    result = CliRunner().invoke(main, ["plan", *LLAMA8, "--gpu", "L4", "--max-model-len", "32768", "--max-num-seqs", "1"],
+                                env={"COLUMNS": "200"})
+    out = result.stdout
+    assert "1 sequence of 32,768 at once" in out and "sampler 1 sequence x 128,256 vocabulary" in out
+    assert "1 byte per parameter" in out and "0.5 bytes per parameter" in out
+    assert not re.search(r"\b1 sequences\b|byte\(s\)", out)
+
+
 def test_a_hub_name_points_to_a_local_config():
     result = CliRunner().invoke(main, ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "L4"])
     assert result.exit_code == ExitCode.BAD_INPUT

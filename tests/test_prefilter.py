@@ -111,6 +111,12 @@ def test_the_matchers_agree() -> None:
     except ImportError:
         pytest.skip("hyperscan is not installed")
     assert hs.starts(buf, 0, len(buf)) == [starts[i] for i in expected]
+    # The lines holding only literals of the tail (the serving matcher's stats anchors) are told apart.
+    first = len(literals) // 2
+    head = re.compile(b"|".join(prefilter._expression(lit) for lit in literals[:first]))
+    found, late = hs.split_starts(buf, 0, len(buf), first)
+    assert found == [starts[i] for i in expected]
+    assert late == {starts[i] for i in expected if not head.search(_line(buf, starts[i]).encode())}
 
 
 def _line_starts(buf: bytearray) -> list[int]:

@@ -10,11 +10,13 @@ The counts are exact: every record cites a real line.
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Generator, Iterator
 
 from ..model import Evidence, Phase
 from . import prefilter
 from .log_scanner import MAX_PIDS
+from .log_patterns import _REQUEST_LOG_MARKERS as REQUEST_LOG_MARKERS  # the markers is_request_log reads
 from .log_patterns import ACCESS_MARK, CHUNK, MIN_CHUNK, SERVING_REQUEST, is_request_log
 from .repeats import ADMISSION_MARK, PREEMPT_FAMILY, PREEMPT_MARK, RETRACT_MARK, STATS_MARK
 
@@ -172,7 +174,8 @@ def _read_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int
     find = buf.find
     if not scanner.admissions and find(ADMISSION_MARK, a, b) >= 0:
         scanner.admitted()                         # admission lines say nothing new once serving
-    todo = _merge(prefilter.matcher("serving").starts(buf, a, b), pids, _block_heads(scanner, buf, a, b))
+    hits, stats_only = prefilter.serving_lines(buf, a, b)
+    todo = _merge(hits, pids, _block_heads(scanner, buf, a, b))
     first_sight = set(pids)
     lines = _LineCounter(buf, a, lineno)
     done = a
@@ -187,13 +190,13 @@ def _read_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int
         fed = True
         if at in first_sight:
             yield from scanner.feed(at_line, raw.decode("utf-8", errors="replace"))
-        elif ACCESS_MARK in raw or raw in scanner.noise or (not scanner.tracebacks and is_request_log(raw)):
+        elif ACCESS_MARK in raw or raw in scanner.noise or (not scanner.tracebacks and _request_log(raw)):
             fed = False                              # access lines and noise say nothing once serving
         elif PREEMPT_MARK in raw or RETRACT_MARK in raw:
             made = scanner.records
             yield from scanner.repeated(at_line, raw, PREEMPT_FAMILY if PREEMPT_MARK in raw else "retract")
             fed = scanner.records != made            # counted into its bucket, or read in full
-        elif STATS_MARK in raw or prefilter.is_stats_line(raw):
+        elif STATS_MARK in raw or prefilter.is_stats_line(raw, stats_only is not None and at in stats_only):
             scanner.hold_stats(at_line, raw)
             fed = False
         elif skip := scanner.skip_block(buf, at, at_line):
@@ -211,6 +214,15 @@ def _read_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int
             return done, at_line + 1                 # resume just after this line
     scanner.pass_over(buf, done, b, lines.at(b))
     return None
+
+
+# Each marker is_request_log looks for: a line holding none of them is no request-log line (one
+# C-level search instead of a Python look for each marker).
+_REQUEST_LOG_ANY = re.compile(b"|".join(re.escape(m) for m in REQUEST_LOG_MARKERS))
+
+
+def _request_log(raw: bytes | bytearray) -> bool:
+    return _REQUEST_LOG_ANY.search(raw) is not None and is_request_log(raw)
 
 
 def _repeat_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int, lines_here: int, pre: int,

@@ -35,6 +35,9 @@ _ENVELOPES: tuple[re.Pattern[str], ...] = (
     re.compile(rf"^(?P<iso>{_ISO})\s+(?:stdout|stderr)\s+[FP]\s"),             # CRI (containerd)
     re.compile(rf"^(?:INFO|WARNING|ERROR|DEFAULT|DEBUG|NOTICE|CRITICAL)\s+(?P<iso>{_ISO})\s+\[[^\]]*\]\s*"),  # cloud logging export
     re.compile(rf"^\[(?P<iso>{_ISO})\]\s*"),                                   # [2025-03-10T15:07:20Z]
+    # Python logging as "asctime | LEVEL | logger | message" (FastChat's workers and controller,
+    # loguru-style sinks): the message keeps its own indentation (traceback frames).
+    re.compile(rf"^(?P<iso>{_ISO})\s+\|\s+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\|\s+[\w.:<>-]+\s+\|\s?"),
     re.compile(rf"^(?P<iso>{_ISO})\s+(?=\S)(?!(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\b)"),  # bare ISO prefix
     re.compile(r"^[\w.-]+-\d+\s+\|\s"),                                        # docker compose "vllm-1  | "
     re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)\)\s?"),  # vLLM process prefix
@@ -209,7 +212,28 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     return _line(text, None, outer_time, process, pid, rank, None, "plain")
 
 
+# IPython / Jupyter tracebacks spell a frame "File /path/mod.py:214, in Class.method(args)", and a
+# notebook copied as rendered text links the path: "File [/path/mod.py:214](http://host/...), in f(...)".
+# Rewritten into the interpreter's own form, `File "/path/mod.py", line 214, in method`, so every
+# reader sees one frame shape (the qualified name keeps its last part, as the interpreter prints it).
+_IPYTHON_FRAME = re.compile(
+    r"^(?P<indent>\s*)File \[?(?P<path>[^\s\[\](),\"]+?\.py):(?P<line>\d+)(?:\]\([^)\s]{0,500}\))?,\s+in\s+"
+    r"(?P<func>[\w.<>]+)")
+
+
+def ipython_frame(message: str) -> str:
+    """The interpreter's frame line for an IPython-style one; any other message unchanged."""
+    if "File " not in message or ", in " not in message or '", line ' in message:
+        return message
+    m = _IPYTHON_FRAME.match(message)
+    if not m:
+        return message
+    func = m["func"].rsplit(".", 1)[-1] or m["func"]
+    return f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {func}'
+
+
 def _line(message: str, level, time, process, pid, rank, file, origin) -> LogLine:
+    message = ipython_frame(message)
     indented = message[:1] in (" ", "\t")
     if message.endswith("**") and not message.endswith("***"):
         message = message[:-2]      # markdown bold closed at the end of a pasted line

@@ -38,34 +38,50 @@ class _Hyperscan:
         self.db = hyperscan.Database()
         # A literal that must end a word is searched for plain and its end checked here: a `\b`
         # in the database makes Hyperscan's compile ten times slower (70 ms).
-        exprs = [re.escape(lit.removesuffix(WORD_END)).encode() for lit in literals]
+        exprs = self.exprs = [re.escape(lit.removesuffix(WORD_END)).encode() for lit in literals]
         self.word_end = frozenset(i for i, lit in enumerate(literals) if lit.endswith(WORD_END))
         self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
                         flags=[0] * len(exprs))
 
     def starts(self, buf: bytearray, a: int, b: int) -> list[int]:
+        return self.split_starts(buf, a, b, len(self.exprs))[0]
+
+    def split_starts(self, buf: bytearray, a: int, b: int, first: int) -> tuple[list[int], set[int]]:
+        """starts(), and those of the lines whose every literal is one of literals[first:]."""
         ends: list[int] = []
+        ids: list[int] = []
         word_end = self.word_end
 
         def on_match(i: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             if i not in word_end or a + to >= b or not _WORD[buf[a + to]]:
                 ends.append(to)
+                ids.append(i)
 
         self.db.scan(memoryview(buf)[a:b], match_event_handler=on_match)
-        if not ends:
-            return []
         out: list[int] = []
+        late: set[int] = set()
+        if not ends:
+            return out, late
         find, rfind = buf.find, buf.rfind
         line_end = -1
-        for to in ends:                              # reported in order of where each match ends
+        start = -1
+        only_late = False
+        for to, i in zip(ends, ids):                # reported in order of where each match ends
             at = a + to - 1
-            if at <= line_end:
-                continue                             # another literal of the same line
-            out.append(rfind(b"\n", a, at) + 1 or a)
+            if at <= line_end:                       # another literal of the same line
+                only_late = only_late and i >= first
+                continue
+            if only_late:
+                late.add(start)
+            start = rfind(b"\n", a, at) + 1 or a
+            out.append(start)
+            only_late = i >= first
             line_end = find(b"\n", at, b)
             if line_end < 0:
                 line_end = b
-        return out
+        if only_late:
+            late.add(start)
+        return out, late
 
 
 _WORD = [chr(c).isalnum() or c == 95 for c in range(128)] + [False] * 128   # what `\b` of `re` on bytes sees
@@ -158,6 +174,16 @@ def matcher(which: str) -> Matcher:
     return _build(groups[which])
 
 
+def serving_lines(buf: bytearray, a: int, b: int) -> tuple[list[int], set[int] | None]:
+    """The starts of the lines of buf[a:b] that may matter while serving (matcher("serving")),
+    and of those among them that hold stats anchors only (None when the matcher cannot tell:
+    is_stats_line then checks each line itself)."""
+    m = matcher("serving")
+    if isinstance(m, _Hyperscan):
+        return m.split_starts(buf, a, b, len(anchors().feed))
+    return m.starts(buf, a, b), None
+
+
 @lru_cache(maxsize=1)
 def stats_patterns() -> tuple[re.Pattern[bytes], ...]:
     """The stats-line signatures as bytes patterns: a line held raw as a stats line must be one."""
@@ -166,13 +192,33 @@ def stats_patterns() -> tuple[re.Pattern[bytes], ...]:
     return tuple(re.compile(e.pattern.encode()) for e in sigdata.entries() if e.kind == "stats")
 
 
-def is_stats_line(raw: bytes | bytearray) -> bool:
+def is_stats_line(raw: bytes | bytearray, feed_free: bool = False) -> bool:
     """A line that a stats signature matches (checked on its bytes) and that holds no anchor of a
-    record of another kind: held raw once serving, parsed only if still kept."""
-    if not any(p.search(raw) for p in stats_patterns()):
+    record of another kind (`feed_free`: known already): held raw once serving, parsed only if
+    still kept."""
+    if not stats_match(raw):
         return False
+    if feed_free:
+        return True
     line = bytearray(raw) + b"\n"
     return not matcher("feed").starts(line, 0, len(line))
+
+
+_last_stats = [0]
+
+
+def stats_match(raw: bytes | bytearray) -> bool:
+    """Whether a stats signature matches the line (the one that matched last is tried first: a
+    log repeats one engine's stats line)."""
+    patterns = stats_patterns()
+    last = _last_stats[0]
+    if last < len(patterns) and patterns[last].search(raw):
+        return True
+    for i, p in enumerate(patterns):
+        if i != last and p.search(raw):
+            _last_stats[0] = i
+            return True
+    return False
 
 
 # -- what a line passed over can still change -------------------------------------------------

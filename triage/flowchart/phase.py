@@ -10,6 +10,7 @@ the profiling pass runs the same forward as a request. The frame names are data
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
@@ -50,6 +51,11 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
         return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
                            conf.DECISIVE, checks[:2])
+    if anchor is ctx.derived_anchor and anchor.kind == Kind.KV_CAPACITY.value:
+        # The failure was derived from the start-up KV sizing (a cache too small for max_model_len,
+        # then a cut failure): that check runs once, while the engine starts.
+        return PhaseAnswer("startup", f"the failure follows the engine's start-up KV-cache sizing ({anchor.where}), "
+                                      "a check that only runs while starting", conf.HIGH, [anchor])
     if anchor.kind in RUNTIME_OOM_KINDS:
         engine = ctx.engine if ctx.engine != "unknown" else "the engine"
         return PhaseAnswer("runtime", f"{engine}'s own serving-loop out-of-memory message ({anchor.kind} at "
@@ -72,6 +78,11 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                                methods[:1] + tbs[:1])
         return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {short_path(f[0])})",
                            conf.VERY_HIGH, tbs[:2])
+    called = _cut_stack_call(tbs, vocab)
+    if called is not None:
+        tb, name = called
+        return PhaseAnswer("startup", f"the excerpt's stack stops at a call of {name}, a start-up function "
+                                      "(its own frames are cut off)", conf.FAIRLY_HIGH, [tb])
     run_frames = [f for f in stack if f[2] in vocab.runtime]
     if run_frames:
         f = run_frames[0]
@@ -96,11 +107,20 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         ready = ctx.last_before(Kind.STARTUP_COMPLETE.value, anchor, True)
         return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", conf.MEDIUM, ready[-1:],
                            _uptime(anchor))
+    loop_died = [d for d in ctx.ev.of(Kind.ENGINE_DEAD) if d.fields.get("scope") != "process" and _near(anchor, d)]
     if life == "starting":
         marks = [e for e in ctx.ev if e.source == anchor.source and e.seq < anchor.seq
                  and e.kind in ("weights_loaded", "memory_profile", "kv_capacity", "startup_begin", "launch_config")]
-        return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)", conf.FAIRLY_HIGH,
-                           marks[-1:])
+        # A pasted launch command is no start-up line of its own: with nothing else between it and
+        # the failure, the engine loop's own death report beside the failure decides.
+        only_command = all(m.kind == Kind.LAUNCH_CONFIG.value for m in marks)
+        if not (only_command and loop_died):
+            return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)",
+                               conf.FAIRLY_HIGH, marks[-1:])
+    if ctx.engine not in _LOAD_ON_REQUEST and _ERROR_BODY.search(anchor.text or ""):
+        return PhaseAnswer("runtime", f"the out-of-memory is the body of an API error answer ({anchor.where}): a "
+                                      "request was being served when it happened", conf.FAIRLY_HIGH, [anchor],
+                           _uptime(anchor), request_work=True)
     answered = _error_answers(ctx, anchor)
     if answered is not None:
         return PhaseAnswer("runtime", f"the API answered inference requests with server errors beside the failure "
@@ -125,6 +145,29 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                            dead[:1])
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", conf.NONE,
                        tbs[:1])
+
+
+# An HTTP API's error answer carrying the failure as its message: OpenAI-style
+# `{"object": "error", "message": ...}`, `{"error": {"message": ...}}` / `{"error": "..."}`, or an
+# SSE `data: {"error": ...}` event, possibly escaped once inside a quoted paste.
+_ERROR_BODY = re.compile(r'\{\s*\\?"(?:object\\?"\s*:\s*\\?"error\\?"|error\\?"\s*:\s*[{"\\])')
+# A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args.
+_CALL = re.compile(r"(\w+)\s*\(")
+
+
+def _cut_stack_call(tbs: Sequence[Evidence], vocab) -> tuple[Evidence, str] | None:
+    """A traceback cut before its exception line whose innermost frame's source line calls a
+    start-up function: the call in progress is that function (its frames are what the excerpt lost)."""
+    for tb in tbs:
+        if tb.fields.get("exception"):
+            continue
+        frames = tb.fields.get("frames") or []
+        if not frames or len(frames[-1]) < 4:
+            continue
+        for name in _CALL.findall(str(frames[-1][3]))[:4]:
+            if name in vocab.startup:
+                return tb, name
+    return None
 
 
 # Engines that load (or swap in) a model when a request names it.
