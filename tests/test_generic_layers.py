@@ -76,3 +76,84 @@ def test_offline_progress_shows_serving(tmp_path):
     v = _classify(tmp_path, "Processed prompts:  45%|████▌     | 450/1000 [00:30<00:36, 15.1it/s]\n")
     assert v.oom_class.value == "no_oom"
     assert "serving" in v.summary
+
+
+def test_ipython_frames_read_as_interpreter_frames():
+    line = parse_line("File [/opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py:214]"
+                      "(http://10.0.0.1:8888/opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py#line=213), "
+                      "in LLM.__init__(self, model, tokenizer)", default_reference(2026))
+    assert line.message == 'File "/opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py", line 214, in __init__'
+
+
+def test_notebook_traceback_in_the_engine_constructor_is_startup(tmp_path):
+    v = _classify(tmp_path, "OutOfMemoryError                          Traceback (most recent call last)\n"
+                            "Cell In[2], line 1\n----> 1 llm = LLM(model=\"m\")\n\n"
+                            "File /opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py:214, in LLM.__init__(self, model)\n"
+                            "    189     raise TypeError(\n")
+    assert v.oom_class.value == "startup"
+
+
+def test_pipe_separated_python_logging_prefix_is_peeled():
+    line = parse_line('2024-03-20 19:18:27 | ERROR | stderr |   File "/srv/worker.py", line 290, in <module>',
+                      default_reference(2026))
+    assert line.message.strip() == 'File "/srv/worker.py", line 290, in <module>'
+    assert line.indented
+
+
+def test_cut_stack_calling_a_startup_function_is_startup(tmp_path):
+    v = _classify(tmp_path, "INFO 03-20 19:18:27 llm_engine.py:322] # GPU blocks: 1842, # CPU blocks: 655\n"
+                            "Traceback (most recent call last):\n"
+                            '  File "/srv/worker.py", line 290, in <module>\n'
+                            "    engine = AsyncLLMEngine.from_engine_args(engine_args)\n"
+                            "CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert v.oom_class.value == "startup"
+
+
+def test_oom_returned_in_an_api_error_body_is_serving(tmp_path):
+    v = _classify(tmp_path, "openai.InternalServerError: Error code: 500 - {'object': 'error', 'message': 'CUDA out of "
+                            "memory. Tried to allocate 42.00 MiB (GPU 0; 31.75 GiB total capacity; 30.70 GiB already "
+                            "allocated; 13.69 MiB free; 30.87 GiB reserved in total by PyTorch)', 'code': 50001}\n")
+    assert v.oom_class.value == "burst"
+    assert "API error" in v.path[1].why
+
+
+def test_failed_generation_step_is_serving(tmp_path):
+    v = _classify(tmp_path, "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n"
+                            "llama_decode: failed to decode, ret = -3\n\n"
+                            "Failed to predict at 43! Check your context buffer sizes!\n")
+    assert v.oom_class.value == "burst"
+
+
+def test_named_loader_function_in_an_error_is_startup(tmp_path):
+    v = _classify(tmp_path, "[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E] Error executing load_single_module with args "
+                            "('model.layers.9.mlp.gate_up_proj', Linear()): CUDA out of memory. Tried to allocate 40.00 MiB. "
+                            "GPU 0 has a total capacity of 22.07 GiB of which 20.62 MiB is free.\n")
+    assert v.oom_class.value == "startup"
+
+
+@pytest.mark.parametrize("log", [
+    "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504\n"
+    "llama_kv_cache_init: failed to allocate buffer for kv cache\n",
+    "Exception: No free chunks in cpu memory. Shouldn't happen in local cpu-only backend.\n",
+    "ggml_cuda_host_malloc: failed to allocate 2.45 MiB of pinned memory: system has unsupported display driver / "
+    "cuda driver combination\nllama_new_context_with_model:        CPU  output buffer size =     2.45 MiB\n",
+    "[TensorRT-LLM][ERROR] Encountered an error in forward function: [TensorRT-LLM][ERROR] Assertion failed: "
+    "freeBlockIterator.has_value() (/src/tensorrt_llm/cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp:249)\n",
+    'data:{"error":"Request failed during generation: Server error: tensors used as indices must be long, byte or bool '
+    'tensors","error_type":"generation"}\n',
+])
+def test_more_look_alike_families(tmp_path, log):
+    assert _classify(tmp_path, log).oom_class.value == "not_gpu_oom"
+
+
+def test_configuration_lines_alone_are_not_a_healthy_server(tmp_path):
+    v = _classify(tmp_path, "INFO 06-28 23:40:03 api_server.py:206] vLLM API server version 0.5.0.post1\n"
+                            "INFO 06-28 23:40:03 llm_engine.py:164] Initializing an LLM engine (v0.5.0.post1) with "
+                            "config: model='m', tokenizer='m', max_seq_len=131072\n")
+    assert v.oom_class.value == "unknown"
+
+
+def test_engine_memory_estimate_is_startup_progress(tmp_path):
+    v = _classify(tmp_path, "[2024-03-25 15:35:00] INFO engine.py:243: Estimated total single GPU memory usage: "
+                            "14361.14 MB (Parameters: 3615.13 MB. KVCache: 10689.56 MB. Temporary buffer: 56.44 MB)\n")
+    assert v.oom_class.value == "no_oom"

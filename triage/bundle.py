@@ -34,12 +34,18 @@ def read_incident(root: Path) -> tuple[dict[str, Any], Path | None]:
 def parse_incident(raw: bytes, path: Path | str) -> dict[str, Any]:
     """incident.yaml's bytes as a mapping ({} for a document that is not one); BadInput naming
     `path` (and, for a syntax error, the line and column) when it cannot be used."""
-    import yaml  # only bundles have incident.yaml; keep it off the cold path
-
     if len(raw) > MAX_INCIDENT_BYTES:
         raise BadInput(str(path), f"larger than {MAX_INCIDENT_BYTES >> 10} KiB: not an incident description")
+    text = raw.decode("utf-8", errors="replace")
+    data = simple_mapping(text)
+    if data is not None:            # the usual header, read as yaml reads it without importing yaml
+        _check_shape(data, Path(path))
+        _check_header_lengths(data, Path(path))
+        return data
+    import yaml  # anything else: yaml itself (it costs ~20 ms of a cold start)
+
     try:
-        data = yaml.safe_load(raw.decode("utf-8", errors="replace"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BadInput(str(path), yaml_problem(exc)) from None
     except RecursionError:
@@ -52,6 +58,45 @@ def parse_incident(raw: bytes, path: Path | str) -> dict[str, Any]:
     if isinstance(data, dict):
         _check_header_lengths(data, Path(path))
     return data if isinstance(data, dict) else {}
+
+
+# The shape nearly every incident.yaml has (`key: value` lines of a flat mapping), read without
+# yaml. Only values whose YAML meaning is certain are accepted: a double-quoted string without
+# escapes, `[]`, a decimal integer, or a plain word that starts with a letter and is none of
+# YAML 1.1's booleans or nulls. Anything else (comments, nesting, lists, dates, floats, quotes with
+# escapes, tabs, CR, non-ASCII, a repeated key...) returns None, and yaml reads the file.
+# tests/test_bundle_simple_yaml.py checks every accepted form against yaml.safe_load.
+_YAML_WORDS = frozenset("y Y n N yes Yes YES no No NO true True TRUE false False FALSE on On ON off Off OFF "
+                        "null Null NULL".split())
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_KEY_CHARS = _LOWER | frozenset("0123456789_")
+_LETTERS = _LOWER | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_WORD_CHARS = _LETTERS | frozenset("0123456789_.-")
+_QUOTED_CHARS = frozenset(chr(c) for c in range(0x20, 0x7F)) - {'"', "\\"}
+
+
+def simple_mapping(text: str) -> dict[str, Any] | None:
+    """`text` as yaml.safe_load reads it when it is a flat mapping of plain `key: value` lines of
+    the forms above; None for anything else."""
+    out: dict[str, Any] = {}
+    for line in text.split("\n"):
+        if not line:
+            continue
+        key, sep, value = line.partition(": ")
+        if not sep or not key or key[0] not in _LOWER or not _KEY_CHARS.issuperset(key) or key in _YAML_WORDS \
+                or key in out or not value:
+            return None
+        if value == "[]":
+            out[key] = []
+        elif len(value) >= 2 and value[0] == value[-1] == '"' and _QUOTED_CHARS.issuperset(value[1:-1]):
+            out[key] = value[1:-1]
+        elif value.isascii() and value.isdigit() and (value == "0" or (value[0] != "0" and len(value) <= 18)):
+            out[key] = int(value)
+        elif value[0] in _LETTERS and _WORD_CHARS.issuperset(value) and value not in _YAML_WORDS:
+            out[key] = value
+        else:
+            return None
+    return out or None
 
 
 # The one-line header fields every reader prints (title, id...): a value past this is not a

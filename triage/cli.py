@@ -16,7 +16,6 @@ from .errors import ExitCode, TriageError
 from .output import echo_json, masked_streams
 from .redact import mask_text
 
-PROGRESS_MIN_BYTES = 100 * 1024 * 1024
 SIGPIPE_EXIT = 141
 
 
@@ -125,7 +124,6 @@ def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, e
     """Classify the OOM in PATHS: log files (.gz, .bz2, .xz, .zst too), bundle directories (or a .tar.gz / .zip
     of one), scrapes, or - for stdin. A directory of several bundles gets one verdict per bundle. With
     --prometheus URL, every instance of a fleet instead, from its series: exit 3 only when every one is unknown."""
-    from .api import classify_paths
     from .units import parse_size
 
     if fleet["prometheus"]:
@@ -143,6 +141,7 @@ def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, e
     max_bytes = parse_size(max_input) if max_input is not None else None
     if max_input is not None and not max_bytes:
         raise click.BadParameter(f"{max_input!r} is not a size (use bytes or e.g. 16GiB)", param_hint="--max-input-bytes")
+    from .classify_cmd import classify_each, classify_incident
     from .multi import incident_groups
 
     groups = incident_groups(paths) if paths else []
@@ -150,50 +149,11 @@ def classify(paths: Sequence[str], metrics_urls: Sequence[str], as_json: bool, e
         if metrics_urls or explain:
             raise click.UsageError(f"{'--metrics-url' if metrics_urls else '--explain'} is for one incident: "
                                    f"the PATHs hold {len(groups)} bundles; give one of them")
-        sys.exit(_classify_each(groups, paths, as_json=as_json, year=year, tz_name=tz_name, max_bytes=max_bytes))
+        sys.exit(classify_each(groups, paths, as_json=as_json, year=year, tz_name=tz_name, max_bytes=max_bytes))
     if groups:
         paths = groups[0].paths    # a directory holding one bundle is that bundle
-    with _progress(paths) as progress:
-        verdict, evidence = classify_paths(paths, year=year, tz=tz_name, metrics_urls=metrics_urls, progress=progress,
-                                           max_bytes=max_bytes)
-    if as_json:
-        from .report import to_json
-
-        echo_json(to_json(verdict), indent=2, ensure_ascii=False)
-    else:
-        from .console import render_verdict
-
-        render_verdict(verdict, evidence, explain=explain)
-    _warn(evidence.warnings)
-    from .classes import registry
-
-    sys.exit(int(ExitCode.UNKNOWN if verdict.oom_class is registry().fallback.id else ExitCode.OK))
-
-
-def _classify_each(groups, paths: Sequence[str], *, as_json: bool, year: int | None, tz_name: str | None,
-                   max_bytes: int | None) -> int:
-    """`triage classify` of several bundles: a table (or JSON Lines), warnings and errors naming
-    each bundle on stderr; the exit code of triage.multi.exit_code."""
-    from .multi import classify_groups, exit_code, json_lines, table
-    from .output import output_width
-
-    outcomes = classify_groups(groups, year=year, tz=tz_name, max_bytes=max_bytes)
-    if as_json:
-        for doc in json_lines(outcomes):
-            echo_json(doc, ensure_ascii=False)
-    else:
-        import textwrap
-
-        base, width = (paths[0] if len(paths) == 1 else None), output_width()
-        for line in textwrap.wrap(f"{len(groups)} incident bundles in {', '.join(paths)}: one verdict each", width,
-                                  subsequent_indent="  ", break_on_hyphens=False) + table(outcomes, width, base):
-            click.echo(line)
-    for o in outcomes:
-        if o.error:
-            for line in o.error.splitlines():
-                click.echo(f"triage: {line}", err=True)
-        _warn([f"{o.group.label}: {w}" for w in o.warnings])
-    return exit_code(outcomes)
+    sys.exit(classify_incident(paths, as_json=as_json, explain=explain, year=year, tz_name=tz_name,
+                               metrics_urls=metrics_urls, max_bytes=max_bytes))
 
 
 @main.command(name="eval")
@@ -396,48 +356,3 @@ def audit_verify(incident: str) -> None:
         click.echo(f"triage: {len(report.untrusted)} record(s) not authenticated by this host's key: recovery "
                    "ignores them (PIDs, launches, resume points)", err=True)
         sys.exit(int(ExitCode.BAD_INPUT))
-
-
-class _progress:
-    """A rich progress bar on stderr for large inputs when stderr is a terminal; else nothing."""
-
-    def __init__(self, paths: Sequence[str]):
-        self.paths = paths
-        self.bar = None
-
-    def __enter__(self):
-        total = _total_size(self.paths)
-        if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-        self.bar = Progress("reading", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                            console=Console(stderr=True), transient=True)
-        self.bar.start()
-        task = self.bar.add_task("read", total=total)
-        return lambda n: self.bar.advance(task, n)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-        return False
-
-
-def _total_size(paths: Sequence[str]) -> int:
-    total = 0
-    for p in paths:
-        if p == "-":
-            continue
-        if os.path.isfile(p):
-            total += os.path.getsize(p)
-        elif os.path.isdir(p):
-            for root, _, files in os.walk(p):
-                total += sum(os.path.getsize(os.path.join(root, f)) for f in files
-                             if os.path.isfile(os.path.join(root, f)))
-    return total
-
-
-def _warn(warnings: list[str]) -> None:
-    for w in warnings:
-        click.echo(f"triage: warning: {w}", err=True)

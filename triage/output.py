@@ -57,13 +57,13 @@ def json_text(document: Any, **dumps: Any) -> str:
 def print_verbatim(text: str) -> None:
     """Text already masked (a serialised document) on stdout as it is, past the line masking of
     masked_streams(); other text goes through `echo`."""
-    import click
-
     out = sys.stdout
     if isinstance(out, MaskedStream):
         out.write_verbatim(text)
         out.flush()
     else:
+        import click  # only here: a command under masked_streams() (all but `sim`) never needs it
+
         click.echo(text, nl=False)
 
 

@@ -41,6 +41,24 @@ from typing import Any, Callable, Mapping
 
 MASK = "***"
 
+
+class _Lazy:
+    """A pattern compiled on first use: the shapes below run only when a literal they need is in
+    the text, and most outputs hold none, so a cold `triage classify` need not compile them."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.source, self.flags = pattern, flags
+
+    @functools.cached_property
+    def compiled(self) -> re.Pattern[str]:
+        return re.compile(self.source, self.flags)
+
+    def sub(self, repl: Any, text: str) -> str:
+        return self.compiled.sub(repl, text)
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self.compiled.match(text)
+
 # Key names whose values are secrets, read as whole words: a name is split into words at `_`, `-`,
 # spaces and camelCase (`X-Amz-Signature`, `accessToken`, `AccountKey`; a dotted name is read by its
 # last part). These words name a secret wherever they stand (db_password, AWS_SECRET_ACCESS_KEY,
@@ -68,21 +86,21 @@ _QUERY_SECRET_NAMES = frozenset({"key", "code", "pass"})
 _W = r"A-Za-z0-9_\-"          # the characters of most token shapes
 # Known secret shapes, wherever they appear in text: (pattern, mask). Each starts where the run of
 # its own characters starts, so a long run is scanned once.
-_SHAPES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(rf"(?<![{_W}])hf_[A-Za-z0-9]{{30,}}"), "hf_" + MASK),                  # Hugging Face
-    (re.compile(rf"(?<![{_W}])sk-[A-Za-z0-9_\-]{{16,}}"), "sk-" + MASK),               # OpenAI, Anthropic
-    (re.compile(rf"(?<![{_W}])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{{16,}}"), "sk_" + MASK),   # Stripe
-    (re.compile(rf"(?<![{_W}])gh[pousr]_[A-Za-z0-9]{{30,}}"), "gh_" + MASK),           # GitHub
-    (re.compile(rf"(?<![{_W}])github_pat_[A-Za-z0-9_]{{30,}}"), "gh_" + MASK),
-    (re.compile(rf"(?<![{_W}])glpat-[A-Za-z0-9_\-]{{20,}}"), "glpat-" + MASK),         # GitLab
-    (re.compile(rf"(?<![{_W}])npm_[A-Za-z0-9]{{36,}}"), "npm_" + MASK),                # npm
-    (re.compile(rf"(?<![{_W}])xox[abposr]-[A-Za-z0-9\-]{{10,}}"), "xox-" + MASK),      # Slack
-    (re.compile(rf"(?<![{_W}])AIza[A-Za-z0-9_\-]{{30,}}"), "AIza" + MASK),             # Google API key
-    (re.compile(rf"(?<![{_W}.])ya29\.[A-Za-z0-9_\-]{{20,}}"), "ya29." + MASK),         # Google OAuth
-    (re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
+_SHAPES: list[tuple[_Lazy, str]] = [
+    (_Lazy(rf"(?<![{_W}])hf_[A-Za-z0-9]{{30,}}"), "hf_" + MASK),                  # Hugging Face
+    (_Lazy(rf"(?<![{_W}])sk-[A-Za-z0-9_\-]{{16,}}"), "sk-" + MASK),               # OpenAI, Anthropic
+    (_Lazy(rf"(?<![{_W}])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{{16,}}"), "sk_" + MASK),   # Stripe
+    (_Lazy(rf"(?<![{_W}])gh[pousr]_[A-Za-z0-9]{{30,}}"), "gh_" + MASK),           # GitHub
+    (_Lazy(rf"(?<![{_W}])github_pat_[A-Za-z0-9_]{{30,}}"), "gh_" + MASK),
+    (_Lazy(rf"(?<![{_W}])glpat-[A-Za-z0-9_\-]{{20,}}"), "glpat-" + MASK),         # GitLab
+    (_Lazy(rf"(?<![{_W}])npm_[A-Za-z0-9]{{36,}}"), "npm_" + MASK),                # npm
+    (_Lazy(rf"(?<![{_W}])xox[abposr]-[A-Za-z0-9\-]{{10,}}"), "xox-" + MASK),      # Slack
+    (_Lazy(rf"(?<![{_W}])AIza[A-Za-z0-9_\-]{{30,}}"), "AIza" + MASK),             # Google API key
+    (_Lazy(rf"(?<![{_W}.])ya29\.[A-Za-z0-9_\-]{{20,}}"), "ya29." + MASK),         # Google OAuth
+    (_Lazy(r"(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}(?![0-9A-Za-z])"),
      "AKIA" + MASK),                                                                   # AWS key ids
     # A JWT: three base64url parts; the first two are JSON objects (`{"` is `eyJ`).
-    (re.compile(rf"(?<![{_W}.])eyJ[{_W}]{{6,}}\.[{_W}]{{6,}}\.[{_W}]*"), "eyJ" + MASK),
+    (_Lazy(rf"(?<![{_W}.])eyJ[{_W}]{{6,}}\.[{_W}]{{6,}}\.[{_W}]*"), "eyJ" + MASK),
 ]
 # The literals one of which each shape above must contain, in its order: a text holding none is
 # not scanned (a regex led by a lookbehind is tried at every position; `in` runs at C speed).
@@ -93,7 +111,7 @@ _SHAPE_LITERALS: tuple[tuple[str, ...], ...] = (
 )
 # -----BEGIN RSA PRIVATE KEY----- ... -----END RSA PRIVATE KEY----- (PEM, OpenSSH, PGP); a block
 # cut before its END is masked to the end of the text.
-_PRIVATE_KEY = re.compile(
+_PRIVATE_KEY = _Lazy(
     r"(?P<begin>-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)(?:[^-]|-(?!----END [A-Z0-9 ]{0,40}PRIVATE KEY))*"
     r"(?P<end>-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|$)")
 # A bare value's characters: a backslash only with the character it escapes and never before a
@@ -102,14 +120,14 @@ _BARE = r"(?:[^\s\"'&;,\\]|\\[^\s\"'])"
 # A value quoted inside a JSON string (`password=\"hunter two\"`): masked whole, escapes kept.
 _ESCAPED_QUOTED = r"\\\"(?:[^\"\\\n]|\\[^\"\n])*(?:\\\")?"
 # `Authorization: Bearer xyz` (any scheme, or none); then a bare `Bearer xyz` anywhere.
-_AUTH_HEADER = re.compile(
+_AUTH_HEADER = _Lazy(
     r"(?i)(?<![A-Za-z0-9_\-])((?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?)"
     r"(?:(bearer|basic|token|digest)[ \t]+)?((?:[^\s\"',;\\]|\\[^\s\"'])+)"
 )
-_BEARER = re.compile(r"(?i)(?<![A-Za-z0-9_\-])(bearer)[ \t]+([A-Za-z0-9._~+/=\-]{8,})")
+_BEARER = _Lazy(r"(?i)(?<![A-Za-z0-9_\-])(bearer)[ \t]+([A-Za-z0-9._~+/=\-]{8,})")
 # scheme://user:PASSWORD@host. The password may hold "/" and "+" (an AWS secret key written raw
 # into s3://KEY:SECRET@bucket); it stops at ":" so that a run of "x://a:" pieces is scanned once.
-_URL_PASSWORD = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([^\s@:]+)@")
+_URL_PASSWORD = _Lazy(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([^\s@:]+)@")
 # The name and separator of `KEY=value`, `key: value`, `"key": "value"`, `--api-key=value`; the
 # value is read by _VALUE only after a secret name (see _mask_pairs).
 _PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<q>(?:\\?[\"'])?)"
@@ -123,7 +141,7 @@ _FLAG_AT = re.compile(r"(?<![A-Za-z0-9_.\-])--?[A-Za-z][A-Za-z0-9_.\-]*")
 _FLAG_ARG = re.compile(r"(?P<sp>(?<![ \t])[ \t]+|\\?[\"'],[ \t]*)(?P<val>" + _ESCAPED_QUOTED
                        + r"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|(?:[^\s\"'\\]|\\[^\s\"'])+)")
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)$")
-_SCHEME = re.compile(r"(?i)(bearer|basic|token|digest)\s+\S")
+_SCHEME = _Lazy(r"(?i)(bearer|basic|token|digest)\s+\S")
 
 # Request/response text as vLLM's request logger prints it (a Python repr, so quotes are escaped
 # inside and the value ends at the closing quote; a line cut short ends the value too).

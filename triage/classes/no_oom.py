@@ -25,6 +25,9 @@ _HEALTHY = frozenset(k.value for k in HEALTHY_KINDS)
 _SERVING = frozenset(k.value for k in SERVING_KINDS)
 
 
+# What an engine prints before it does any work: its version, its configuration, "starting".
+_CONFIGURING = frozenset({Kind.ENGINE_VERSION.value, Kind.LAUNCH_CONFIG.value, Kind.STARTUP_BEGIN.value})
+
 # Inputs whose error says nothing about the incident's evidence (the bundle's own metadata).
 _METADATA_KINDS = frozenset({"incident"})
 
@@ -78,6 +81,14 @@ def assess(ctx: Context) -> Assessment:
             level = conf.MEDIUM_HIGH
     elif complete:
         why, level = "start-up completed normally and nothing failed", conf.HIGH
+    elif all(e.kind in _CONFIGURING for e in healthy):
+        # Only the engine's version and configuration: the excerpt stops before the engine loaded,
+        # sized or allocated anything, where start-up failures happen. Nothing says it went well.
+        return Assessment(SPEC.id, conf.NONE, "", "only the engine's version and configuration lines: the excerpt "
+                          "stops before it loaded weights or sized memory, so it shows neither a working server nor "
+                          "a failure", [healthy[0]],
+                          attach=["the rest of the start-up log (weight loading, KV-cache sizing, the first request "
+                                  "or the error that ended it)"])
     else:
         why, level = "start-up was progressing normally (no error in the excerpt)", conf.MEDIUM_HIGH
     key = (served or complete or healthy)

@@ -39,10 +39,17 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
     if causes:
         confidence = min(conf.CEILING_STARTUP, confidence + conf.STEP)
     oom = ctx.primary
+    derived = oom is not None and oom is ctx.derived_anchor
+    if derived:
+        # The out-of-memory itself was inferred from numbers (the failure's own line is not in the
+        # evidence): the verdict cannot be surer than that inference.
+        confidence = min(confidence, conf.MEDIUM_HIGH)
     lead = causes[0].detail or causes[0].title if causes else f"{oom.kind} at {oom.where}" if oom else ""
     summary = f"Start-up OOM: {lead}" if lead else "Start-up OOM"
     evidence = list(phase.evidence) + ([oom] if oom else [])
     attach = []
+    if derived:
+        attach.append("the exception line of the failure (the log shows only what came before it)")
     if not causes:
         attach.append("the launch arguments (the 'non-default args' line or the command) and the memory-profiling lines")
     return Assessment(SPEC.id, round(confidence, 2), summary, phase.why, evidence, causes, attach)

@@ -115,6 +115,10 @@ def json_line(raw: str) -> dict | None:
         obj = loads(raw)
     except ValueError:      # not JSON, nested too deep, a 4,300-digit number: read as plain text
         return None
+    if isinstance(obj, dict) and obj.get("object") == "error":
+        # An OpenAI-style error answer pasted from a client ({"object": "error", "message": ...}), not
+        # a log record: read whole, so the readers see it was an API answer to a request.
+        return None
     if isinstance(obj, dict) and any(isinstance(obj.get(k), str) for k in _JSON_MESSAGE_KEYS):
         return obj
     return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timezone
 from typing import IO, Any, Generator, Iterator
 
@@ -86,7 +87,12 @@ _BLOCK_BYTES = 1 << 20
 # After a newline: a metric triage reads (group 1), a comment other than HELP/TYPE/EOF (a date), or
 # anything but a metric name (a blank, indented or stray line). Every other line is another
 # series, passed over inside the regular expression engine.
-_LOOK_AT = re.compile(rb"\n(?:(%s)(?![a-zA-Z0-9_:])|#(?! HELP| TYPE| EOF)|[^a-zA-Z_:#])"
+
+
+@lru_cache(maxsize=1)
+def _look_at() -> re.Pattern[bytes]:
+    """Compiled on the first scrape read, not at import: every input is sniffed by this module."""
+    return re.compile(rb"\n(?:(%s)(?![a-zA-Z0-9_:])|#(?! HELP| TYPE| EOF)|[^a-zA-Z_:#])"
                       % b"|".join(re.escape(n.encode()) for n in sorted(CONCEPTS, key=len, reverse=True)))
 
 
@@ -177,7 +183,7 @@ class _Scrape:
         """The lines of `buf` (a newline, then whole lines) that need a look; returns the number of
         the last line."""
         prev = 0
-        for m in _LOOK_AT.finditer(buf):
+        for m in _look_at().finditer(buf):
             start = m.start() + 1
             lineno += buf.count(b"\n", prev, start)
             prev = start

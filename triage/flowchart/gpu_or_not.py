@@ -104,7 +104,9 @@ def _unrecovered_retraction(ctx: Context) -> Evidence | None:
     # A storm of retractions is one record per time bucket (evidence/repeats.py): the bucket's
     # last line, not its first, is the last retraction logged.
     end = last.fields.get("last_line") or last.line
+    # A request answered with a server error is no sign the engine served again.
     later = [s for s in ctx.ev.of(Kind.STATS, Kind.REQUEST_SERVED) if s.source == last.source
+             and not (s.kind == Kind.REQUEST_SERVED.value and (s.fields.get("status") or 0) >= 500)
              and (s.line > end if s.line is not None and end is not None else s.seq > last.seq)]
     return None if later else retracts[0]
 

@@ -149,10 +149,11 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
 
 # An HTTP API's error answer carrying the failure as its message: OpenAI-style
 # `{"object": "error", "message": ...}`, `{"error": {"message": ...}}` / `{"error": "..."}`, or an
-# SSE `data: {"error": ...}` event, possibly escaped once inside a quoted paste.
-_ERROR_BODY = re.compile(r'\{\s*\\?"(?:object\\?"\s*:\s*\\?"error\\?"|error\\?"\s*:\s*[{"\\])')
+# SSE `data: {"error": ...}` event, possibly escaped once inside a quoted paste, or printed by a
+# Python client as a dict (`Error code: 500 - {'object': 'error', ...}`).
+_ERROR_BODY = re.compile(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])""")
 # A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args.
-_CALL = re.compile(r"(\w+)\s*\(")
+_CALL = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # bounded, from a word start: linear on any line
 
 
 def _cut_stack_call(tbs: Sequence[Evidence], vocab) -> tuple[Evidence, str] | None:
@@ -188,7 +189,7 @@ def _worker_methods(ctx: Context, anchor: Evidence) -> list[Evidence]:
 def _method(rec: Evidence) -> str:
     """The worker method a wrapper record names (its wordings fill different fields)."""
     return str(rec.fields.get("worker_method") or rec.fields.get("worker_method2") or rec.fields.get("worker_method3")
-               or "")
+               or rec.fields.get("worker_method4") or "")
 
 
 def _error_answers(ctx: Context, anchor: Evidence) -> Evidence | None:
@@ -244,6 +245,8 @@ def _served_elsewhere(ctx: Context, anchor: Evidence) -> Evidence | None:
             continue
         if rec.kind == Kind.STATS.value and not any((rec.fields.get(k) or 0) > 0 for k in ("running", "prompt_tps")):
             continue
+        if rec.kind == Kind.REQUEST_SERVED.value and (rec.fields.get("status") or 0) >= 500:
+            continue           # an error answer shows a server up, not one serving
         return rec
     return None
 

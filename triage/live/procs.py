@@ -173,3 +173,56 @@ def boot_id() -> str | None:
         return (PROC / "sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
+
+
+# -- TCP sockets ------------------------------------------------------------------------------------
+LISTEN = "0A"                     # TCP_LISTEN in /proc/net/tcp's state column
+
+
+def listening_sockets() -> list[tuple[str, int, str]]:
+    """(local address as /proc/net prints it, port, inode) of every listening TCP socket, IPv4 and
+    IPv6 (a socket whose inode is 0 belongs to no process this user can see)."""
+    out: list[tuple[str, int, str]] = []
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = (PROC / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == LISTEN and cols[9] != "0":
+                try:
+                    port = int(cols[1].rsplit(":", 1)[1], 16)
+                except (IndexError, ValueError):
+                    continue
+                out.append((cols[1], port, cols[9]))
+    return out
+
+
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets among `pid`'s open descriptors (empty when gone or not ours)."""
+    fd_dir = PROC / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return set()
+    inodes: set[str] = set()
+    for name in names:
+        try:
+            link = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
+
+
+def pids_holding(inodes: set[str]) -> set[int]:
+    """The processes with one of these socket inodes open."""
+    if not inodes:
+        return set()
+    try:
+        pids = [int(n) for n in os.listdir(PROC) if n.isdigit()]
+    except OSError:
+        return set()
+    return {pid for pid in pids if socket_inodes(pid) & inodes}

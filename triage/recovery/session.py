@@ -115,6 +115,29 @@ def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runboo
     return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen, held=held)
 
 
+def open_live_session(incident: str | Path, verdict: Verdict, book, *, pids: Sequence[int], url: str) -> Session:
+    """The plan for a live server no evidence describes (`triage watch --act`): `verdict` is the
+    watch's own judgement, `pids` the processes it proved are the server at `url`. Same audit log,
+    identification, launch (the running server's own command line) and plan as `open_session`."""
+    root = Path(incident)
+    held = HeldDir.open(root)
+    try:
+        planted = kind_at(root / "actions.jsonl")
+        if planted:
+            raise TriageError(f"{root / 'actions.jsonl'}: {planted}, not a regular file: refusing to recover "
+                              "(move it aside)")
+        audit = AuditLog(held)
+        seen = _audit_state(audit)
+        trusted, untrusted = audit.authenticated()
+        evidence = EvidenceSet()
+        prepared = prepare(root, verdict, evidence, trusted, pids=tuple(pids), url=url, untrusted=untrusted)
+        plan = build_plan(verdict, book, prepared)
+        return Session(root, verdict, evidence, plan, prepared, audit, audit_seen=seen, held=held)
+    except BaseException:
+        held.close()
+        raise
+
+
 def _check_url(url: str) -> None:
     from urllib.parse import urlsplit
 

@@ -8,13 +8,12 @@ by several unrelated processes is ambiguous and nothing is guessed.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from ...redact import redact, redact_argv
-from ..procs import PROC, ProcInfo, descendants, read_environ, read_proc
+from ..procs import ProcInfo, descendants, listening_sockets, pids_holding, read_environ, read_proc
 from ..source import SourceRun
 
 # The variables that change how a server uses GPU memory or how its processes talk, and triage's own.
@@ -23,7 +22,6 @@ ENV_NAMES = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH
                        "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING", "TZ"})
 ENV_PREFIXES = ("VLLM_", "NCCL_", "TORCH_", "TRIAGE_HOOKS_")
 MAX_ENVIRON_BYTES = 4 << 20
-LISTEN = "0A"                     # TCP_LISTEN in /proc/net/tcp
 
 
 @dataclass
@@ -130,37 +128,8 @@ def is_this_host(host: str) -> bool:
 
 
 def _listening_inodes(port: int) -> set[str]:
-    inodes: set[str] = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = (PROC / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            if len(cols) > 9 and cols[3] == LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port and cols[9] != "0":
-                inodes.add(cols[9])
-    return inodes
+    return {inode for _local, p, inode in listening_sockets() if p == port}
 
 
 def _owners(inodes: set[str]) -> set[int]:
-    wanted = {f"socket:[{i}]" for i in inodes}
-    owners: set[int] = set()
-    try:
-        pids = [int(n) for n in os.listdir(PROC) if n.isdigit()]
-    except OSError:
-        return owners
-    for pid in pids:
-        fd_dir = PROC / str(pid) / "fd"
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue                        # gone, or another user's
-        for name in names:
-            try:
-                if os.readlink(fd_dir / name) in wanted:
-                    owners.add(pid)
-                    break
-            except OSError:
-                continue
-    return owners
+    return pids_holding(inodes)

@@ -26,8 +26,9 @@ _GPUS = re.compile(r"^(?P<url>.+)=(?P<gpus>\d+(?:,\d+)*)$")
                    "(default: every GPU when one server is watched).")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
               help="Seconds between readings; each source must answer within 0.8 of it (at most 10 s).")
-@click.option("--incident", type=click.Path(exists=True, file_okay=False), metavar="DIR",
-              help="Append raised and cleared warnings to DIR/notes.jsonl (the incident's timeline), once each.")
+@click.option("--incident", type=click.Path(file_okay=False), metavar="DIR",
+              help="Append raised and cleared warnings to DIR/notes.jsonl (the incident's timeline), once each; "
+                   "with --act also every decision and action (created if missing).")
 @click.option("--exporter", "exporter_port", type=click.IntRange(0, 65535), metavar="PORT",
               help="Serve the readings as Prometheus gauges (triage_*) on PORT (0: any free port, printed).")
 @click.option("--exporter-host", default="127.0.0.1", show_default=True, metavar="HOST",
@@ -39,8 +40,24 @@ _GPUS = re.compile(r"^(?P<url>.+)=(?P<gpus>\d+(?:,\d+)*)$")
 @click.option("--json", "as_json", is_flag=True,
               help="Print triage.watch/v1 JSON: one object with --once, else one line per reading.")
 @click.option("--nvml/--no-nvml", default=True, show_default=True, help="Read GPU memory through NVML.")
+@click.option("--act", is_flag=True,
+              help="Sidecar: when an OOM precursor (a leak trend, fragmentation, NVML memory outside the engine's "
+                   "budget; never KV saturation or a queue) holds for --hold, run a drained restart of that server "
+                   "through the recovery executor. A dry run (the plan, in --incident) unless --execute.")
+@click.option("--execute", is_flag=True, help="With --act: really drain, stop and relaunch the server.")
+@click.option("--hold", "hold_s", type=click.FloatRange(min=0), default=120.0, show_default=True, metavar="S",
+              help="With --act: seconds a precursor must last, every reading, before acting.")
+@click.option("--max-actions", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="With --act: at most N actions (dry-run plans included) per server per --action-window.")
+@click.option("--action-window", "window_s", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+              metavar="S", help="With --act: the rate limit's window, seconds.")
+@click.option("--allow-remote", is_flag=True,
+              help="With --act: accept a --vllm-url that is not loopback (the server must still run on this host).")
+@click.option("--readings", type=click.IntRange(min=1), default=None, hidden=True,
+              help="Stop after N readings (drills and tests).")
 def watch(urls: Sequence[str], interval: float, incident: str | None, exporter_port: int | None, exporter_host: str,
-          hooks_dirs: Sequence[str], once: bool, as_json: bool, nvml: bool) -> None:
+          hooks_dirs: Sequence[str], once: bool, as_json: bool, nvml: bool, act: bool, execute: bool, hold_s: float,
+          max_actions: int, window_s: float, allow_remote: bool, readings: int | None) -> None:
     """Watch running vLLM servers and their GPUs for the early signs of each OOM class.
 
     Per server: KV-cache usage, running / waiting, preemption and success rates, prefix-cache hit
@@ -55,6 +72,9 @@ def watch(urls: Sequence[str], interval: float, incident: str | None, exporter_p
         raise click.UsageError("nothing to watch: give --vllm-url URL, or leave NVML on")
     if once and exporter_port is not None:
         raise click.UsageError("--exporter serves a running watch: leave out --once")
+    actor = _actor(specs, incident, once, as_json, act, execute, hold_s, max_actions, window_s, allow_remote)
+    if incident and not os.path.isdir(incident):
+        raise click.BadParameter(f"Directory {incident!r} does not exist.", param_hint="'--incident'")
     from ...output import echo, echo_json
     from .watcher import Watcher
 
@@ -78,12 +98,46 @@ def watch(urls: Sequence[str], interval: float, incident: str | None, exporter_p
                 echo("triage: nothing could be read: every server unreachable and no GPU reading", err=True)
                 sys.exit(int(ExitCode.BAD_INPUT))
             return
-        _loop(watcher, incident, exporter_port, exporter_host, as_json)
+        _loop(watcher, incident, exporter_port, exporter_host, as_json, actor, readings)
     finally:
         watcher.close()
 
 
-def _loop(watcher, incident: str | None, exporter_port: int | None, exporter_host: str, as_json: bool) -> None:
+def _actor(specs, incident: str | None, once: bool, as_json: bool, act: bool, execute: bool, hold_s: float,
+           max_actions: int, window_s: float, allow_remote: bool):
+    """The --act sidecar (triage/live/watch/act.py), or None; its options checked first."""
+    if not act:
+        if execute:
+            raise click.UsageError("--execute acts on a server: give --act too")
+        return None
+    if once:
+        raise click.UsageError("--act watches for a precursor that lasts: leave out --once")
+    if not specs:
+        raise click.UsageError("--act needs the server: give --vllm-url URL")
+    if not incident:
+        raise click.UsageError("--act records what it does: give --incident DIR")
+    from ...errors import TriageError
+    from ...safedir import HeldDir
+    from .act import Actor, Policy, loopback_problem
+
+    if not allow_remote:
+        for spec in specs:
+            problem = loopback_problem(spec.url)
+            if problem:
+                raise click.BadParameter(f"{problem}; --act acts on loopback servers unless --allow-remote",
+                                         param_hint="--vllm-url")
+    try:
+        HeldDir.open(incident, create=True).close()      # created here, never through a link
+    except TriageError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--incident'") from None
+    from ...output import echo
+
+    return Actor(Policy(hold_s, max_actions, window_s, execute), incident,
+                 lambda line: echo(line, err=as_json))
+
+
+def _loop(watcher, incident: str | None, exporter_port: int | None, exporter_host: str, as_json: bool,
+          actor=None, readings: int | None = None) -> None:
     from ...output import echo, echo_json
     from .exporter import Exporter
     from .incident_notes import IncidentNotes
@@ -98,10 +152,14 @@ def _loop(watcher, incident: str | None, exporter_port: int | None, exporter_hos
         view = LiveView(extra)
     else:
         view = LinesView(echo)
+    if actor is not None:
+        p = actor.policy
+        extra += (f"; act: {'EXECUTE' if p.execute else 'dry run'}, hold {p.hold_s:g} s, at most {p.max_actions} "
+                  f"per {p.window_s:g} s")
     if not isinstance(view, LiveView):
         echo(f"triage watch: every {watcher.interval_s:g} s{extra}; Ctrl-C to stop", err=True)
     try:
-        run(watcher, view, publisher)
+        run(watcher, view, publisher, after=actor.observe if actor is not None else None, readings=readings)
     finally:
         view.close()
         if exporter is not None:

@@ -48,13 +48,21 @@ class Publisher:
         return events
 
 
-def run(watcher: Watcher, view: View, publisher: Publisher, stop: threading.Event | None = None) -> None:
+def run(watcher: Watcher, view: View, publisher: Publisher, stop: threading.Event | None = None, *,
+        after: Callable[[Reading], object] | None = None, readings: int | None = None) -> None:
+    """`after`: called with each reading once it is shown (watch --act); `readings`: stop after that many."""
     stop = stop or threading.Event()
     with _sigterm_stops(stop):
         next_at = time.monotonic()
+        count = 0
         while not stop.is_set():
             reading = watcher.read()
             view.show(reading, publisher.publish(reading))
+            if after is not None:
+                after(reading)
+            count += 1
+            if readings is not None and count >= readings:
+                break
             next_at += watcher.interval_s
             now = time.monotonic()
             if next_at < now:           # the reading took longer than the interval: skip, do not catch up

@@ -145,14 +145,23 @@ def _chronic(s: ServerView, gpus: Iterable[GpuView], lim: Limits) -> Risk | None
     return Risk("chronic", "warning", tuple(reasons)) if reasons else None
 
 
+def outside_budget(s: ServerView, g: GpuView, lim: Limits = LIMITS) -> float | None:
+    """Points of GPU `g` in use outside the engine's budget when over `discrepancy`, else None: the
+    startup rule's memory-outside-the-accounting sign (also what `watch --act` counts as a precursor)."""
+    gap = s.discrepancy(g)
+    if gap is None or gap <= 100 * lim.discrepancy or g.used_share is None:
+        return None
+    return gap
+
+
 def _startup(s: ServerView, gpus: Iterable[GpuView], lim: Limits) -> Risk | None:
     budget = s.gpu_memory_utilization
     if budget is None:
         return None
     reasons, level = [], "warning"
     for g in gpus:
-        gap = s.discrepancy(g)
-        if gap is None or gap <= 100 * lim.discrepancy or g.used_share is None:
+        gap = outside_budget(s, g, lim)
+        if gap is None:
             continue
         reasons.append(f"GPU {g.index}: NVML {g.used_share:.1%} used vs the engine's budget {budget:.0%}: "
                        f"{gap:.1f} points outside its accounting (discrepancy {100 * lim.discrepancy:.0f} points); "

@@ -16,10 +16,9 @@ import os
 import stat
 from pathlib import Path
 
-from ...live.procs import PROC, descendants, read_proc
+from ...live.procs import descendants, listening_sockets, read_proc, socket_inodes
 from .relaunch_log import SERVING_URL
 
-LISTEN = "0A"                                # TCP_LISTEN in /proc/net/tcp
 LOG_FLAGS = ("--log", "--log-file")          # flags that send a server's own log to a file
 MAX_SCAN = 1 << 20
 
@@ -31,30 +30,12 @@ def listening_urls(pid: int) -> list[str]:
         return []
     inodes: set[str] = set()
     for proc in [root, *descendants(root)]:
-        fd_dir = PROC / str(proc.pid) / "fd"
-        try:
-            names = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for name in names:
-            try:
-                link = os.readlink(fd_dir / name)
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(link[8:-1])
+        inodes |= socket_inodes(proc.pid)
     urls: list[str] = []
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = (PROC / "net" / table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 9 and cols[3] == LISTEN and cols[9] in inodes:
-                url = _url(cols[1])
-                if url and url not in urls:
-                    urls.append(url)
+    for local, _port, inode in listening_sockets():
+        url = _url(local) if inode in inodes else None
+        if url and url not in urls:
+            urls.append(url)
     return urls
 
 
