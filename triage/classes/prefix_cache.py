@@ -18,12 +18,12 @@ from ..flowchart import confidence as conf
 from ..flowchart.context import Context
 from ..flowchart.failure_site import failure_site
 from ..flowchart.incident import Incident
-from ..flowchart.knowledge import has_hit_rate, prefix_caching_enabled, prefix_caching_opted_in
+from ..flowchart.knowledge import prefix_caching_enabled
 from ..flowchart.phase import PhaseAnswer
 from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
 from ..thresholds import EVICTABLE_SHARE, KV_PINNED, LOW_HIT_RATE
 from .base import Assessment, Branch, CauseSpec, ClassSpec, pct
-from .settings import as_whole, current
+from .settings import as_whole
 
 PRESSURE = CauseSpec("prefix_cache_pressure", "cached prefixes crowd out live KV",
                      ("prefix_hit_low", "evictable_share", "kv_pinned"))
@@ -37,7 +37,6 @@ SPEC = ClassSpec(
 STALL_RUNNING_SHARE = 0.25
 STALL_MIN_PEAK = 4
 STALL_QUEUE_FACTOR = 10
-HIGH_CONCURRENCY_CAP = 256   # a cap above this, with no running counts to size it from, is halved
 
 
 def pool_not_evicted(ctx: Context) -> Cause | None:
@@ -67,8 +66,9 @@ def low_hit_rate(ctx: Context, anchor: Evidence | None) -> tuple[float, Evidence
 
 
 def early(ctx: Context) -> Assessment | None:
-    """Thrashing without an OOM: prefix caching on, hit rate low, KV usage pinned near 100% while
-    running requests collapse and the queue grows (formats.md: KV pressure, not an allocator OOM)."""
+    """Seen coming, without an OOM: with prefix caching on, KV blocks held beyond what the running
+    requests can use; or, for a version with a confirmed prefix-cache bug, the pool pinned full at a
+    low hit rate while running requests collapse and the queue grows."""
     if not prefix_caching_enabled(ctx):
         return None
     held = blocks_outlive_requests(ctx, None)
@@ -77,6 +77,9 @@ def early(ctx: Context) -> Assessment | None:
         # Cached blocks are evicted first: a full cache with a queue is saturation, whatever the hit
         # rate, unless blocks are held that no running request needs or a confirmed bug keeps them.
         return None
+    if held is not None:
+        return Assessment(SPEC.id, conf.MEDIUM_HIGH, "Prefix-cache blocks held (no OOM line yet): " + held.title,
+                          held.title, list(held.evidence), [held] + bugs, [])
     readings = _load_readings(ctx)
     if not readings:
         return None
@@ -96,7 +99,7 @@ def early(ctx: Context) -> Assessment | None:
                   f"Prefix cache crowding out live requests: KV cache {pct(kv)} full with {int(running)} running "
                   f"(peak {int(peak_running)}) and {int(waiting)} waiting; hit rate {pct(low[0])}",
                   (rec, low[1]), "cached prefix blocks hold the KV pool; sequences are preempted instead of served")
-    causes = [held or cause] + bugs
+    causes = [cause] + bugs
     level = conf.MEDIUM_HIGH
     return Assessment(SPEC.id, level, "Prefix-cache thrashing (no OOM line yet): " + cause.title, cause.title,
                       [rec, low[1]], causes, [])
