@@ -132,7 +132,7 @@ def test_the_burst_samples_flags_are_a_high_likelihood():
 
 def test_alternatives_are_each_checked_and_ranked_best_first():
     s = shape("Llama-3.1-70B-Instruct")
-    req = Request(tp=2, util=0.9, max_model_len=8192)       # 1.25 GiB a sequence, 1.1 GiB of KV cache
+    req = Request(tp=2, util=0.9, max_model_len=16384)      # 2.5 GiB a sequence, 1.7 GiB of KV cache
     o = evaluate(s, resolve("H100"), req, sizing("vllm", None))
     assert o.verdict == FAILS_STARTUP
     alts = alternatives(s, o, req, sizing("vllm", None), evaluate)
@@ -146,3 +146,22 @@ def test_alternatives_are_each_checked_and_ranked_best_first():
 def test_the_gpu_table_is_read_from_one_file():
     assert (ROOT / "triage" / "data" / "gpus.yaml").is_file()
     assert resolve("L40").name != resolve("L40S").name
+
+
+def test_the_multi_gpu_non_torch_term_is_nccl_and_custom_all_reduce_from_the_sources():
+    from triage.memory import estimate as e
+    assert e.NCCL_BYTES_PER_CONNECTION == 4 * 2**20 + 512 * 2**10 + 4_915_200      # NCCL 2.21 src/init.cc defaults
+    v1 = e.multi_gpu_non_torch(4, "device", v1=True)
+    assert v1.bytes == 2 * 3 * e.NCCL_BYTES_PER_CONNECTION + 2 * 8 * 2**20 and "custom_all_reduce.py" in v1.basis
+    assert e.multi_gpu_non_torch(4, "device", v1=False).bytes == v1.bytes + e.NCCL_PER_COMMUNICATOR  # torch's comm too
+    assert e.multi_gpu_non_torch(3, "device").bytes == e.NCCL_PER_COMMUNICATOR          # no custom all-reduce at 3
+    assert e.multi_gpu_non_torch(2, "dist").bytes == e.NCCL_PER_COMMUNICATOR            # made before the snapshot
+    assert e.non_torch(1, "device").bytes == e.NON_TORCH_V1
+
+
+def test_0_6_5_is_read_from_its_own_wheel():
+    rel, note = pick("0.6.5")
+    assert rel.version == "0.6.5" and note == "vLLM 0.6.5"
+    assert rel.non_torch.value == "context" and rel.chunked_tokens == 2048 and pick("0.6.4")[0].chunked_tokens is None
+    d = sizing("vllm", "0.6.5").defaults(resolve("H100").memory, False, 65536, 1, 1)
+    assert d["max_num_batched_tokens"][0] == 2048

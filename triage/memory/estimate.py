@@ -30,8 +30,26 @@ SAMPLER_BYTES_PER_LOGIT = 8
 #: 0.6-0.9 GiB besides the weights and the activations.
 NON_TORCH_V0 = int(0.35 * GiB)
 NON_TORCH_V1 = int(0.75 * GiB)
-#: NCCL communicators and custom all-reduce buffers when the model spans GPUs (TP 2 start-ups: 1.0-1.3 GiB in all).
-NON_TORCH_MULTI_GPU = int(0.65 * GiB)
+#: What spanning GPUs adds outside torch, from the sources (replaces a flat 0.65 GiB fitted to TP 2 start-ups):
+#: - NCCL's buffers per connection, one per protocol (NCCL 2.21.5, the version torch 2.5.1 / 2.6.0 pin for vLLM
+#:   0.6.5 / 0.8.5; src/init.cc): DEFAULT_BUFFSIZE 1 << 22 (Simple, 4 MiB) + DEFAULT_LL_BUFFSIZE
+#:   NCCL_LL_LINES_PER_THREAD 8 x NCCL_LL_MAX_NTHREADS 512 x NCCL_STEPS 8 x 16-byte ncclLLFifoLine (512 KiB) +
+#:   DEFAULT_LL128_BUFFSIZE NCCL_LL128_ELEMS_PER_THREAD 120 x NCCL_LL128_MAX_NTHREADS 640 x NCCL_STEPS 8 x 8 bytes.
+NCCL_BYTES_PER_CONNECTION = (1 << 22) + 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8
+#: Connections a GPU receives on, per channel, for all-reduce: the ring's and the tree's up and down links.
+NCCL_CONNECTIONS_PER_CHANNEL = 3
+#: Channels: 2, what NCCL's topology search gives PCIe-connected cards. NVLink systems get more (up to MAXCHANNELS
+#: 32 in 2.21): the term is a lower bound there; the plan does not know the interconnect.
+NCCL_CHANNELS = 2
+NCCL_PER_COMMUNICATOR = NCCL_CHANNELS * NCCL_CONNECTIONS_PER_CHANNEL * NCCL_BYTES_PER_CONNECTION
+#: vllm/distributed/device_communicators/custom_all_reduce.py CustomAllreduce.__init__ (0.6.5 and 0.8.5): max_size
+#: 8192 * 1024; meta_ptrs = create_shared_buffer(meta_size() + max_size) and buffer_ptrs = create_shared_buffer(max_size),
+#: both cudaMalloc'd by ops.allocate_shared_buffer_and_handle (outside torch; meta_size() is a few KiB, left out);
+#: rank_data (8 MiB) is a torch tensor. Only for a TP group of 2, 4, 6 or 8 GPUs (_SUPPORTED_WORLD_SIZES), and past 2
+#: only when NVLink connects them all: counted whenever the size is supported (16 MiB at most).
+CUSTOM_AR_MAX_SIZE = 8192 * 1024
+CUSTOM_AR_NON_TORCH = 2 * CUSTOM_AR_MAX_SIZE
+CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)
 #: A new process's CUDA context, before the engine measures free memory (samples/startup-other-tenant: 79.19 GiB
 #: less 47.20 GiB of another process left 31.44 GiB free).
 CUDA_CONTEXT = int(0.55 * GiB)
@@ -124,9 +142,35 @@ def non_torch(gpus: int, basis: str = "dist", v1: bool = True) -> Estimate:
     what = (f"CUDA context and workspaces {base / GiB:.2f} GiB ({seen})"
             if basis == "device" else f"workspaces the profile adds {base / GiB:.2f} GiB (V1 start-ups: 0.6-0.9 GiB)")
     if gpus > 1:
-        return Estimate(base + NON_TORCH_MULTI_GPU,
-                        f"{what} + NCCL and all-reduce buffers {NON_TORCH_MULTI_GPU / GiB:.2f} GiB")
+        multi = multi_gpu_non_torch(gpus, basis, v1)
+        return Estimate(base + multi.bytes, f"{what} + {multi.basis}")
     return Estimate(base, what)
+
+
+def multi_gpu_non_torch(gpus: int, basis: str = "dist", v1: bool = True) -> Estimate:
+    """What a model spanning `gpus` GPUs adds to the profile's non-torch count, from vLLM's and NCCL's
+    sources. NCCL communicators: vLLM's own (pynccl) for the tensor-parallel group, made in
+    parallel_state.init_model_parallel_group and warmed up by one all_reduce in
+    PyNcclCommunicator.__init__ (the world group has none in 0.8.5; pipeline stages get their own,
+    not told apart here: plan.py passes tp x pp); V0 adds torch's ProcessGroupNCCL of the group,
+    created at the driver's first broadcast_tensor_dict of CUDA inputs (parallel_state.py,
+    0.6.5), i.e. in the profile run. NCCL 2.21 (torch 2.5.1 / 2.6.0) connects every channel at
+    init, so the buffers are there after distributed init: counted by `device` and `context`;
+    under `dist` (vLLM >= 0.11) the snapshot follows init, and only the buffers NCCL >= 2.22 connects
+    at first use (NCCL_RUNTIME_CONNECT) land in the profile. The custom all-reduce buffers are
+    made in distributed init too: counted by `device` and `context`, not by `dist`."""
+    comms = 1 if v1 else 2
+    nccl = comms * NCCL_PER_COMMUNICATOR
+    parts = [f"NCCL {comms} communicator{'s' if comms > 1 else ''} x {NCCL_CHANNELS} channels x "
+             f"{NCCL_CONNECTIONS_PER_CHANNEL} connections x {NCCL_BYTES_PER_CONNECTION / MiB:.2f} MiB "
+             f"(Simple 4 + LL 0.5 + LL128 4.69 MiB; NCCL 2.21 src/init.cc; more channels on NVLink: a lower bound)"
+             + (", one vLLM's and one torch's" if comms > 1 else "")]
+    total = nccl
+    if basis != "dist" and gpus in CUSTOM_AR_WORLD_SIZES:
+        total += CUSTOM_AR_NON_TORCH
+        parts.append(f"custom all-reduce buffers 2 x {CUSTOM_AR_MAX_SIZE // MiB} MiB (custom_all_reduce.py "
+                     "CustomAllreduce.__init__ max_size)")
+    return Estimate(total, " + ".join(parts) + f" = {total / GiB:.2f} GiB")
 
 
 def outside_budget(gpus: int, basis: str) -> Estimate:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from .releases import Release, pick
 
 GiB = 1 << 30
-#: V0 with chunked prefill (on by default past 32K): vllm/config.py:1113 (0.6.4) max_num_batched_tokens = 512.
+#: V0 with chunked prefill (on by default past 32K): vllm/config.py:1113 (0.6.4) max_num_batched_tokens = 512;
+#: 2048 from 0.6.5 (vllm_releases.yaml batch_defaults.chunked_tokens).
 V0_CHUNKED_TOKENS = 512
 V0_CHUNKED_FROM = 32 * 1024
 V0_MAX_NUM_SEQS = 256
@@ -48,8 +49,9 @@ class Sizing:
         util = (self.default_util, f"vLLM {rel.version}'s default ({rel.default_util.source})")
         if not rel.tiers:
             chunked = max_model_len > V0_CHUNKED_FROM
-            tokens = V0_CHUNKED_TOKENS if chunked else max(max_model_len, 2048)
-            why = (f"V0 turns chunked prefill on past {V0_CHUNKED_FROM:,} tokens, {V0_CHUNKED_TOKENS} a step"
+            step = rel.chunked_tokens or V0_CHUNKED_TOKENS
+            tokens = step if chunked else max(max_model_len, 2048)
+            why = (f"V0 turns chunked prefill on past {V0_CHUNKED_FROM:,} tokens, {step} a step"
                    if chunked else "V0 batches a whole max_model_len prompt: max(max_model_len, 2048)")
             return {"max_num_batched_tokens": (tokens, f"{why} ({rel.batch_source})"),
                     "max_num_seqs": (V0_MAX_NUM_SEQS, f"V0's default ({rel.batch_source})"),

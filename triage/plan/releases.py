@@ -42,6 +42,7 @@ class Release:
     mla: Fact
     mla_head_size: str | int | None   # before MLA support: 256 (padded) or "qk"
     non_torch: Fact
+    chunked_tokens: int | None = None  # V0: max_num_batched_tokens a step with chunked prefill (None: 512)
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -135,4 +136,5 @@ def _release(item: dict[str, Any]) -> Release:
     mla = _fact(item, "mla")
     return Release(str(item["version"]), item["engine"] == "V1", _fact(item, "default_util"), tiers,
                    str(batch["source"]), _fact(item, "graphs_in_budget"), _fact(item, "hybrid_kv"), mla,
-                   item["mla"].get("head_size"), non_torch)
+                   item["mla"].get("head_size"), non_torch,
+                   int(batch["chunked_tokens"]) if batch.get("chunked_tokens") is not None else None)

@@ -132,8 +132,9 @@ class ProveResult:
         if fail is None:
             gpu = self.gpu()
             room = f", GPU headroom {gpu['headroom_gib']:.2f} GiB ({gpu['headroom_pct']:.1f}%)" if gpu["read"] else ""
-            return (f"fix proven under {whose}: {load} held {self.limits.duration_s:g} s, "
-                    f"{self.state.served} served, 0 failed{room}")
+            held = (f"held {self.state.sent} requests (the request bound)" if self.state.request_bound_hit
+                    else f"held {self.limits.duration_s:g} s")
+            return f"fix proven under {whose}: {load} {held}, {self.state.served} served, 0 failed{room}"
         like = ""
         if self.reproduced and self.reproduced.get("class"):
             like = f"; the server log reads {self.reproduced['class'].upper()}"

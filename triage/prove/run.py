@@ -24,6 +24,7 @@ from .target import Target, parse_target
 MAX_PROMPT_TOKENS = 1 << 21
 MAX_OUTPUT_TOKENS = 1 << 20
 PROBE_TIMEOUT_S = 10.0
+UNREACHABLE = "unreachable: "   # _served_model's reason when no connection could be made
 LOG_SETTLE_S = 2.0           # a dying server writes its traceback around the moment it fails requests
 
 
@@ -119,6 +120,9 @@ async def _drive(p: Prepared, opts: ProveOptions, say: Callable[[str], None], st
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S), trust_env=False) as s:
         name, max_len, why = await _served_model(s, p.target.url)
+    if why.startswith(UNREACHABLE):      # nothing listens there (a server that never started): no load to send
+        raise TriageError(f"{p.target.url}: server not reachable ({why[len(UNREACHABLE):]}): nothing was sent; "
+                          "is the server up?")
     model = opts.model or name or p.profile.model
     if model is None:
         raise TriageError(f"{p.target.url}: /v1/models did not name a model ({why}) and the evidence names none: "
@@ -150,6 +154,8 @@ async def _served_model(session: Any, url: str) -> tuple[str | None, int | None,
             data = (json.loads(raw).get("data") or [{}])[0]
             length = data.get("max_model_len")
             return str(data["id"]), int(length) if isinstance(length, int) and length > 0 else None, "ok"
+    except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+        return None, None, f"{UNREACHABLE}GET /v1/models: {type(exc).__name__}: {exc}"[:200]
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return None, None, f"{type(exc).__name__}: {exc}"[:200]
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
