@@ -407,8 +407,9 @@ _URL = re.compile(r"Starting vLLM API server \d+ on (http://\S+)")
 
 
 class Sim:
-    def __init__(self, log: Path, *flags: str) -> None:
-        argv = [sys.executable, "-m", "triage.sim", "serve", MODEL, "--port", "0", "--log", str(log), *flags]
+    def __init__(self, log: Path, *flags: str, port: int = 0) -> None:
+        self.argv = argv = [sys.executable, "-m", "triage.sim", "serve", MODEL, "--port", str(port), "--log", str(log),
+                            *flags]
         self.log = log
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, start_new_session=True)

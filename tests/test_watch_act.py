@@ -26,7 +26,8 @@ from triage.live.watch.readings import Fragmentation, GpuView, Reading, Source
 from triage.live.watch.risk import assess
 
 from .simkit import MODEL, SMALL_CARD, START_S, alive, complete, get, kill_group, wait_until, words
-from .test_watch import _URL, FakeNvml, GiB, server
+from .test_watch import FakeNvml, GiB, server
+from .test_watch import Sim as WatchSim
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32",
                                 reason="the simulator's process tree needs fork")
@@ -108,30 +109,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Sim:
+class Sim(WatchSim):
+    """A simulator on a port fixed before it starts: a restart relaunches it on the same one."""
+
     def __init__(self, log: Path, *flags: str) -> None:
-        self.argv = [sys.executable, "-m", "triage.sim", "serve", MODEL, "--port", str(free_port()), "--log", str(log),
-                     *flags]
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        assert wait_until(lambda: log.exists() and _URL.search(log.read_text()) is not None, START_S)
-        self.url = _URL.search(log.read_text()).group(1)
-        assert wait_until(lambda: get(self.url + "/health") == 200, START_S)
-
-    def metrics(self) -> dict[str, float]:
-        from prometheus_client.parser import text_string_to_metric_families
-        import urllib.request
-
-        with urllib.request.urlopen(self.url + "/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-
-    def stop(self) -> None:
-        kill_group(self.proc.pid)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        super().__init__(log, *flags, port=free_port())
 
 
 @pytest.fixture

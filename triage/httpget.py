@@ -197,3 +197,42 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     """The first line of an exception's message, shortened ('' when it has none)."""
     text = str(exc).strip()
     return text.splitlines()[0][:limit] if text else ""
+
+
+# -- a server's base URL, and whether it is this machine --------------------------------------------
+
+def server_base_url(url: str, flag: str = "--url"):
+    """`url` split (urllib's SplitResult) when it names a server's base URL (http(s), a host, no
+    blanks, not port 0); else a one-line BadInput naming the option it came from."""
+    from .errors import BadInput
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise BadInput(flag, f"{url!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise BadInput(flag, f"{url!r} is not a server's base URL (like http://127.0.0.1:8000)")
+    if port == 0:
+        raise BadInput(flag, f"{url!r}: port 0 is no server's port")
+    return parts
+
+
+def is_loopback(host: str) -> bool:
+    """True when every address `host` names is a loopback one (127.0.0.0/8, ::1): a name that
+    also resolves to another address, or does not resolve, is not."""
+    import ipaddress
+
+    def loopback_ip(text: str) -> bool:
+        try:
+            return ipaddress.ip_address(text.split("%", 1)[0]).is_loopback
+        except ValueError:
+            return False
+
+    if loopback_ip(host.strip("[]")):
+        return True
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(addresses) and all(loopback_ip(a) for a in addresses)

@@ -166,8 +166,8 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
                          f"outside it ({tried / capacity:.1%} of the card) did not fit")
         else:
             unsure.append(f"the last stats before it show little load ({quiet})")
-    opted_in = prefix_caching_opted_in(ctx) or (ctx.engine_mode == "v0" and prefix_caching_enabled(ctx) is True)
-    if not any(c.id == LOAD_SPIKE.id for c in causes) and opted_in and low_hit_rate(ctx, oom) is not None:
+    if not any(c.id == LOAD_SPIKE.id for c in causes) and prefix_caching_opted_in(ctx) \
+            and low_hit_rate(ctx, oom) is not None:
         # The operator turned the cache on and it was rarely hit: with no load to explain the OOM,
         # the cache is not ruled out, though its hit rate alone does not tie the failure to it.
         unsure.append("prefix caching was turned on and rarely hit, and nothing shows load")

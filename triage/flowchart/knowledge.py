@@ -243,7 +243,7 @@ def prefix_caching_opted_in(ctx) -> bool:
     for rec in ctx.launch:
         if rec.fields.get("origin") == "argparse namespace" and (rec.fields.get("args") or {}).get("enable_prefix_caching") is True:
             return True
-    return ctx.engine_mode == "v0" and ctx.args.get("enable_prefix_caching") is True
+    return ctx.engine_mode == "v0" and prefix_caching_enabled(ctx) is True
 
 
 #: Engines that never print a prefix-cache hit rate in their log: with the cache on, the log

@@ -103,7 +103,9 @@ def _open_session(root: Path, held: HeldDir, *, runbook_name: str | None, runboo
     if params:
         book = with_overrides(book, params)
     if url is not None:
-        _check_url(url)
+        from ..httpget import server_base_url
+
+        server_base_url(url)
     audit = AuditLog(held)
     seen = _audit_state(audit)
     relaunch = next((s for s in book.steps if s.action in ("restart", "rollback")), None)
@@ -136,20 +138,6 @@ def open_live_session(incident: str | Path, verdict: Verdict, book, *, pids: Seq
     except BaseException:
         held.close()
         raise
-
-
-def _check_url(url: str) -> None:
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise BadInput("--url", f"{url!r} is not a URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
-        raise BadInput("--url", f"{url!r} is not the server's base URL (like http://127.0.0.1:8000)")
-    if port == 0:
-        raise BadInput("--url", f"{url!r}: port 0 is no server's port")
 
 
 def _audit_state(audit: AuditLog) -> tuple[int, str | None]:

@@ -281,7 +281,7 @@ def listening_pids(port: int) -> set[int]:
 
 
 def loopback_problem(url: str) -> str | None:
-    from ...prove.target import is_loopback
+    from ...httpget import is_loopback
 
     host = urlsplit(url).hostname or ""
     return None if is_loopback(host) else f"{url}: {host} is not a loopback address"
