@@ -12,6 +12,7 @@ Then, for each mode, runs `triage watch --vllm-url URL --interval S --exporter 0
   dashboard  stdout on a pseudo-terminal: the rich.live dashboard is drawn every reading
   plain      stdout on a pipe: one line per raised or cleared condition (a sidecar)
   json       --json on a pipe: one triage.watch/v1 object per reading
+  act        plain, with --act (a dry run): each reading also judged for an OOM precursor
 
 while this process scrapes the watch's exporter every 5 s (as a Prometheus would, a little
 more often). The watch's CPU time (user + system, all threads) is read from /proc/PID/stat
@@ -47,7 +48,7 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 TARGET_PCT = 2.0
 WARMUP_S = 3.0
 SCRAPE_EVERY_S = 5.0
-MODES = ("dashboard", "plain", "json")
+MODES = ("dashboard", "plain", "json", "act")
 _URL = re.compile(r"Starting vLLM API server \d+ on (http://\S+)")
 _EXPORTER = re.compile(rb"exporter (http://127\.0\.0\.1:\d+/metrics)")
 
@@ -136,6 +137,8 @@ def run_mode(mode: str, url: str, interval: float, duration: float, nvml: bool) 
     args = [*triage_command(), "watch", "--vllm-url", url, "--interval", str(interval), "--exporter", "0"]
     args += ["--json"] if mode == "json" else []
     args += [] if nvml else ["--no-nvml"]
+    if mode == "act":       # the sidecar: plain output, every reading also judged for a precursor (a dry run)
+        args += ["--act", "--incident", tempfile.mkdtemp(prefix="triage-bench-act-")]
     out = Output(mode)
     err_r, err_w = os.pipe()
     env = {**os.environ, "COLUMNS": "120", "TERM": os.environ.get("TERM", "xterm")}

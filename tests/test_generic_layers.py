@@ -157,3 +157,55 @@ def test_engine_memory_estimate_is_startup_progress(tmp_path):
     v = _classify(tmp_path, "[2024-03-25 15:35:00] INFO engine.py:243: Estimated total single GPU memory usage: "
                             "14361.14 MB (Parameters: 3615.13 MB. KVCache: 10689.56 MB. Temporary buffer: 56.44 MB)\n")
     assert v.oom_class.value == "no_oom"
+
+
+# --- a server no signature knows ("myserve"), and shapes the engines' own entries do not cover -----
+
+def test_an_unknown_server_failing_while_it_loads_is_a_startup_oom(tmp_path):
+    v = _classify(tmp_path, "2026-05-01 10:00:00 INFO myserve: loading model weights from /models/m (4 shards)\n"
+                          "2026-05-01 10:00:09 INFO myserve: KV buffer size = 12288.00 MiB\n"
+                          "2026-05-01 10:00:10 ERROR myserve: RuntimeError: Failed to initialize the engine: out of memory")
+    assert v.oom_class.value == "startup" and v.confidence >= 0.8
+
+
+def test_an_unknown_server_failing_after_it_served_is_not_a_startup_oom(tmp_path):
+    v = _classify(tmp_path, "2026-05-01 10:00:00 INFO myserve: server is listening on http://0.0.0.0:9000\n"
+                          "2026-05-01 10:01:00 INFO myserve: request 17 done, generation speed: 41.2 tok/s\n"
+                          "2026-05-01 10:02:00 ERROR myserve: Exception while processing request 4f2a: insufficient GPU "
+                          "memory for the batch")
+    assert v.oom_class.value == "burst"
+
+
+def test_a_flattened_traceback_is_read_frame_by_frame(tmp_path):
+    """The frames of a traceback pasted onto one line still place the failure in the serving step."""
+    v = _classify(tmp_path,
+                '  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 390, in step '
+                'model_output = self.execute_model(scheduler_output) ^^^^ File "/usr/lib/python3.12/site-packages/'
+                'vllm/v1/worker/gpu_model_runner.py", line 4308, in _get_prompt_logprobs_dict logprobs = '
+                'self.sampler.compute_logprobs(logits)\n'
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.71 GiB. GPU 0 has a total capacity of "
+                "22.30 GiB of which 1.52 GiB is free. Of the allocated memory 19.55 GiB is allocated by PyTorch, and "
+                "245.00 MiB is reserved by PyTorch but unallocated.")
+    assert v.oom_class.value == "burst"
+    assert "serving loop" in v.path[1].why
+
+
+def test_an_error_naming_another_cause_leans_not_a_gpu_oom_unless_the_server_served_on(tmp_path):
+    error = "ERROR 05-01 10:00:05 [serving_chat.py:200] ValueError: Unsupported response_format type: xml_schema"
+    alone = _classify(tmp_path, "INFO 05-01 10:00:00 [api_server.py:100] vLLM API server version 0.8.5\n" + error)
+    assert alone.oom_class.value == "not_gpu_oom" and alone.confidence < 0.6       # a lean, and it says so
+    served_on = _classify(tmp_path, "INFO 05-01 10:00:00 [api_server.py:100] vLLM API server version 0.8.5\n" + error + "\n"
+                        'INFO:     127.0.0.1:5002 - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    assert served_on.oom_class.value == "no_oom"
+
+
+def test_unallocated_memory_about_the_request_size_is_not_fragmentation(tmp_path):
+    """1.05 times the failed request sat reserved but unallocated: borderline, never chronic; 1.5
+    times it (and over 3% of the card) is fragmentation."""
+    def oom(unallocated_mib: int) -> str:
+        return ("ERROR 05-01 10:02:00 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                f"1.00 GiB. GPU 0 has a total capacity of 23.57 GiB of which 20.00 MiB is free. Of the allocated memory "
+                f"21.00 GiB is allocated by PyTorch, and {unallocated_mib}.00 MiB is reserved by PyTorch but unallocated.")
+    served = 'INFO:     127.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+    assert _classify(tmp_path, served + oom(1075)).oom_class.value != "chronic"
+    assert _classify(tmp_path, served + oom(1536)).oom_class.value == "chronic"

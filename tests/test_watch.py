@@ -173,13 +173,17 @@ def test_the_rules_read_the_thresholds_table():
 # --- the pieces the loop is made of --------------------------------------------------------------
 
 def test_trend_window_is_bounded_and_fits_a_line():
-    w = Window()
+    w = Window(window_s=2 * 3600)
     for t in range(0, 6 * 3600, 1):                 # six hours of one reading a second
         w.add(float(t), 1e9 + 1000.0 * t)            # 1000 bytes a second
     fit = w.fit()
     assert len(w.points) <= MAX_POINTS + 2
     assert fit is not None and abs(fit.slope_per_s - 1000.0) < 1e-6
     assert w.points[-1][0] == 6 * 3600 - 1 and 2 * 3600 - 20 <= fit.span_s <= 2 * 3600
+    day = Window()                                  # watch's own: a day, so a slow leak stands out
+    for t in range(0, 30 * 3600, 10):
+        day.add(float(t), 1e9)
+    assert len(day.points) <= MAX_POINTS + 2 and 24 * 3600 - 200 <= day.fit().span_s <= 24 * 3600
 
 
 def test_tracker_says_a_condition_once_and_again_only_after_it_cleared():

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import threading
 from dataclasses import replace
-from datetime import datetime, timezone
+import urllib.request
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,86 @@ def test_act_refuses_what_it_must(tmp_path):
     assert run("--act", "--once", "--vllm-url", "http://127.0.0.1:1", "--incident", str(tmp_path / "i"),
                "--no-nvml").returncode == 2
     assert not (tmp_path / "i").exists()
+
+
+# --- the drills: a leak and a long healthy run, in simulated time (triage/sim/watch_drill.py) ---------
+
+def test_a_leak_is_restarted_before_the_card_fills():
+    """2 GiB/h under a flat load on the simulator's card (80 GiB, budget 0.90): the card would be full
+    3.7 h in. With the budget on /metrics, memory outside it is the first precursor; without it,
+    the leak trend (an hour of readings) is; either way the restart comes hours early."""
+    from triage.sim import watch_drill
+
+    seen = {}
+    for known in (True, False):
+        run = watch_drill.leak(2.0, budget_known=known)
+        assert run.first_action_s is not None and run.first_action_s < run.oom_at_s, (known, run.actions)
+        assert run.lead_s > 3600, (known, run.lead_s)
+        seen[known] = run.actions[0][2]
+    assert seen == {True: "startup", False: "chronic"}
+
+
+def test_a_slow_leak_waits_until_it_would_fill_the_card_within_the_horizon():
+    """0.5 GiB/h, the budget unknown: detected hours before the card fills, acted on only once the
+    card would be full within --leak-horizon (the next scheduled restart would come first otherwise)."""
+    from triage.sim import watch_drill
+
+    run = watch_drill.leak(0.5, budget_known=False, policy=Policy(execute=True, leak_horizon_s=6 * 3600))
+    assert run.first_action_s is not None and run.actions[0][2] == "chronic"
+    assert 6 * 3600 - 240 <= run.lead_s <= 6 * 3600, run.lead_s / 3600     # less the hold and a reading
+    early = watch_drill.leak(0.5, budget_known=False, policy=Policy(execute=True, leak_horizon_s=24 * 3600))
+    assert early.lead_s > run.lead_s + 3 * 3600          # detected well before that horizon
+
+
+def test_a_busy_healthy_server_for_two_days_triggers_nothing():
+    """A daily cycle from 5 to 60 running requests, KV pinned above 95% with a queue at each peak,
+    memory flat: burst risk at the peaks, no precursor and no action in two days of readings."""
+    from triage.sim import watch_drill
+
+    run = watch_drill.healthy(48.0)
+    assert run.readings == 48 * 60 + 1
+    assert run.risks["burst"] > 60                 # the peaks really were saturated
+    assert run.actions == [] and run.precursors == []
+
+
+def test_at_most_the_fleet_share_of_servers_is_acted_on_per_window(tmp_path):
+    """Four servers, all past the hold at once: a fleet share of 0.5 acts on two, holds the others."""
+    clock = {"t": 0.0}
+    done = []
+    actor = Actor(Policy(hold_s=60, fleet_share=0.5), tmp_path, clock=lambda: clock["t"],
+                  restart=lambda server, found: (done.append(server.url) or ("planned", f"{server.url}: planned")))
+    urls = [f"http://127.0.0.1:{8000 + i}" for i in range(4)]
+    for minute in range(4):
+        clock["t"] = 60.0 * minute
+        views = tuple(judged(server(url=url), [gpu(0.95)]) for url in urls)      # 5 points over the budget
+        actor.observe(Reading(T0, 60.0, 1.0, views, (gpu(0.95),), Source(True, "ok")))
+    assert done == urls[:2]
+    kinds = [(d.url, d.kind) for d in actor.decisions]
+    assert (urls[2], "fleet_limited") in kinds and (urls[3], "fleet_limited") in kinds
+    assert kinds.count((urls[2], "fleet_limited")) == 1            # said once per hold, not every reading
+    assert Policy(fleet_share=0.1).fleet_limit(3) == 1 and Policy(fleet_share=0.25).fleet_limit(8) == 2
+
+
+def test_the_exporter_serves_the_decisions(tmp_path):
+    from triage.live.watch.exporter import Exporter
+
+    clock = {"t": 0.0}
+    actor = Actor(Policy(hold_s=60), tmp_path, clock=lambda: clock["t"],
+                  restart=lambda server, found: ("planned", f"{server.url}: planned"))
+    url = "http://127.0.0.1:8000"
+    exporter = Exporter("127.0.0.1", 0)
+    exporter.add_act(actor)
+    try:
+        for minute in range(3):
+            clock["t"] = 30.0 * minute
+            view = judged(server(url=url), [gpu(0.95)])
+            actor.observe(Reading(T0 + timedelta(seconds=clock["t"]), 60.0, 1.0, (view,), (gpu(0.95),),
+                                  Source(True, "ok")))
+        text = urllib.request.urlopen(exporter.url, timeout=5).read().decode()
+    finally:
+        exporter.close()
+    assert f'triage_act_decisions_total{{decision="planned",server="{url}"}} 1.0' in text
+    assert f'triage_act_decisions_total{{decision="precursor",server="{url}"}} 1.0' in text
+    assert f'triage_act_precursor_held_seconds{{server="{url}"}} 0.0' in text      # a new hold after the action
+    [last] = [line for line in text.splitlines() if line.startswith("triage_act_last_action_timestamp_seconds{")]
+    assert float(last.split()[-1]) == (T0 + timedelta(seconds=60)).timestamp()

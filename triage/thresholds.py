@@ -47,6 +47,14 @@ TABLE: dict[str, Threshold] = {
                                          "memory was there in unusable pieces (fragmentation). There is no third "
                                          "outcome: every value is either in use or fragmented",
                                          _FLOWCHART + " (chronic: large reserved-but-unallocated)"),
+    "fragmentation_min_multiple": Threshold(1.25, "times the failed request", "reserved-but-unallocated "
+                                            "memory must exceed the failed request by this factor to count as "
+                                            "fragmentation: the caching allocator rounds a large request up to whole "
+                                            "2 MiB pages and serves it from one segment, so an unallocated amount "
+                                            "about the request's own size says nothing of pieces too small to use "
+                                            "(it is borderline, and load evidence decides)",
+                                            "rule design; PyTorch c10/cuda/CUDACachingAllocator.cpp (kRoundLarge "
+                                            "2 MiB, per-stream pools)"),
     "borderline_share": Threshold(0.50, "share of the failed request", "an in-use reading whose unallocated "
                                   "amount is at least this share of the failed request and at least "
                                   "borderline_card_share of the card could have held much of the request: it does "
@@ -63,6 +71,13 @@ TABLE: dict[str, Threshold] = {
                                "with flat load is a leak", _FLOWCHART + " (track the delta, not the level)"),
     "leak_min_span_s": Threshold(3600, "seconds", "readings must span this long before a rise counts as a leak "
                                  "(the start-up ramp is not one)", "rule design"),
+    "leak_window_s": Threshold(24 * 3600, "seconds", "the span of GPU-memory readings `triage watch` fits a trend "
+                               "over: a slow leak (a few hundred MiB an hour) only stands out over hours, and a "
+                               "day keeps a daily restart's ramp in view", "rule design"),
+    "leak_headroom_share": Threshold(0.50, "share of the free memory left", "a rise over the trend window that has "
+                                     "eaten at least this share of what is still free is a leak whatever its size "
+                                     "against the card: at that pace the card fills within about one more window",
+                                     "rule design"),
     "long_uptime_s": Threshold(6 * 3600, "seconds", "an OOM after this much uptime leans chronic", _FLOWCHART),
     # --- prefix cache ---------------------------------------------------------------------------
     "prefix_hit_low": Threshold(0.30, "hit rate", "below this the cache holds prefixes nobody reuses: turn it off",
@@ -149,10 +164,12 @@ OVERSIZED_SHARE = value("oversized_request_share")
 FRAG_MIN_SHARE = value("fragmentation_min_share")
 FRAG_MIN_BYTES = int(value("fragmentation_min_bytes"))
 BORDERLINE_SHARE = value("borderline_share")
+FRAG_MIN_MULTIPLE = value("fragmentation_min_multiple")
 BORDERLINE_CARD_SHARE = value("borderline_card_share")
 FRAG_SHARE = value("inactive_split_share")
 LEAK_MIN_RISE = value("leak_min_rise")
 LEAK_MIN_SPAN_S = value("leak_min_span_s")
+LEAK_WINDOW_S = value("leak_window_s")
 LONG_UPTIME_S = value("long_uptime_s")
 LOW_HIT_RATE = value("prefix_hit_low")
 EVICTABLE_SHARE = value("evictable_share")

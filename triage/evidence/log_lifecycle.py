@@ -18,7 +18,7 @@ FAILURE_KINDS = {
     Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED, Kind.TRACEBACK, Kind.EXCEPTION, Kind.HOST_OOM_KILL,
     Kind.OOM_KILLED, Kind.CHILD_KILLED,
     Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS, Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR,
-    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.ERROR_NOT_MEMORY,
 }
 # Requests that show a server up, not serving: probes, scrapes, the model list.
 # HTTP methods of probes and listings, never of inference.
@@ -56,7 +56,7 @@ def advance_phase(phase: Phase, start: datetime | None, kind: Kind, fields: dict
                 and not path.startswith(_NON_SERVING_PATHS):
             phase = Phase.SERVING
     elif kind is Kind.STATS:
-        if any((fields.get(k) or 0) > 0 for k in ("running", "prompt_tps", "generation_tps", "kv_usage", "waiting")):
+        if any((fields.get(k) or 0) > 0 for k in ("running", "prompt_tps", "generation_tps", "throughput_tps", "kv_usage", "waiting")):
             phase = Phase.SERVING
     elif kind in (Kind.PREEMPTION, Kind.REQUEST_FAILED):
         phase = Phase.SERVING

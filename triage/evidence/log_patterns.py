@@ -8,6 +8,9 @@ import re
 from .repeats import ADMISSION_MARK, PREEMPT_MARK, RETRACT_MARK, STATS_MARK
 
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+# Frames of a traceback whose line breaks were flattened into spaces (a paste through a web form,
+# a log shipper that joins a record's lines): several `File "...", line N, in f` on one line.
+INLINE_FRAME = re.compile(r'File "([^"\n]{1,400})", line (\d{1,7}), in ([\w.<>]{1,100})')
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Aborted))(?::\s?(?P<msg>.*))?$")

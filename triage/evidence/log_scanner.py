@@ -20,7 +20,7 @@ from .base import InputFile, ParseContext
 from .kinds import Kind
 from .log_lifecycle import FAILURE_KINDS, advance_phase
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK, CHUNK_MARKS, EXCEPTION, FRAME,
-                           REQUEST_REJECTED, is_request_log, short_path)
+                           INLINE_FRAME, REQUEST_REJECTED, is_request_log, short_path)
 from .log_stats_window import RawStats, StatsWindow
 from .logline import LogLine, parse_line
 from .repeats import NoiseMarkers, RepeatBuckets, clock_key, family, traceback_family
@@ -203,6 +203,16 @@ class LogScanner:
             if len(tb.frames) < MAX_FRAMES:
                 tb.frames.append((frame.group(1), whole(frame.group(2)), frame.group(3)))
             return
+        if msg.count('File "', 0, 4096) >= 2:
+            # A flattened traceback: its frames are read from the one line; the exception it ends
+            # with (when it is on this line too) is read below, as on a traceback's last line.
+            inline = INLINE_FRAME.findall(msg)
+            if len(inline) >= 2:
+                if tb is None or not tb.open:
+                    tb = self.tracebacks[key] = _Traceback(start_line=lineno, open=True)
+                tb.after_frame = False
+                room = MAX_FRAMES - len(tb.frames)
+                tb.frames.extend((path, whole(num), fn) for path, num, fn in inline[:max(0, room)])
         if "Traceback (most recent call last)" in msg:
             if tb is not None and tb.frames:
                 yield from self._close_traceback(key, lineno, None, log)

@@ -3,9 +3,10 @@
 PyTorch's OOM message reports how much memory it had reserved but not handed out. That amount
 is judged against the card and the failed request, and always lands on one side:
 
-- fragmented: at least the failed request *and* at least FRAG_MIN_SHARE of the card (or
-  FRAG_MIN_BYTES when the card's size is unknown) sat reserved but unallocated. The request
-  would have fitted in that memory had it been one piece: the allocator's cache is split up.
+- fragmented: more than the failed request (FRAG_MIN_MULTIPLE times it) *and* at least
+  FRAG_MIN_SHARE of the card (or FRAG_MIN_BYTES when the card's size is unknown) sat reserved
+  but unallocated. The request would have fitted in that memory had it been one piece: the
+  allocator's cache is split up.
 - in use: anything less. The memory was held by live tensors (weights, KV cache, activations);
   what was left over is ordinary allocator slack.
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..model import Evidence
-from ..thresholds import BORDERLINE_CARD_SHARE, BORDERLINE_SHARE, FRAG_MIN_BYTES, FRAG_MIN_SHARE
+from ..thresholds import BORDERLINE_CARD_SHARE, BORDERLINE_SHARE, FRAG_MIN_BYTES, FRAG_MIN_MULTIPLE, FRAG_MIN_SHARE
 from ..units import format_bytes
 
 
@@ -74,6 +75,6 @@ def reading(oom: Evidence | None) -> AllocatorReading | None:
         return None
     tried = int(oom.fields.get("tried_bytes") or 0)
     capacity = oom.fields.get("capacity_bytes") or None
-    fragmented = unalloc >= tried and unalloc >= floor(capacity)
+    fragmented = unalloc >= FRAG_MIN_MULTIPLE * tried and unalloc >= floor(capacity)
     return AllocatorReading("fragmented" if fragmented else "in_use", int(unalloc), tried, capacity,
                             oom.fields.get("allocated_bytes"))

@@ -38,7 +38,23 @@ class Context:
 
     @cached_property
     def not_gpu(self) -> list[Evidence]:
-        return _ordered([e for e in self.ev.of(*NOT_GPU_KINDS) if not self._engine_teardown(e)])
+        return _ordered([e for e in self.ev.of(*NOT_GPU_KINDS) if not self._engine_teardown(e)
+                         and not (e.kind == Kind.ERROR_NOT_MEMORY.value and self._served_after(e))])
+
+    def _served_after(self, rec: Evidence) -> bool:
+        """The server went on answering inference (a 2xx/4xx to a POST, a busy stats line) after
+        the error: it was handled, one request's error and not the incident."""
+        for later in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
+            if later.source != rec.source or later.seq <= rec.seq:
+                continue
+            if later.kind == Kind.REQUEST_SERVED.value:
+                status = later.fields.get("status")
+                if isinstance(status, int) and status < 500 and \
+                        str(later.fields.get("method", "POST")).upper() not in ("GET", "HEAD", "OPTIONS"):
+                    return True
+            elif any((later.fields.get(k) or 0) > 0 for k in ("running", "generation_tps", "throughput_tps")):
+                return True
+        return False
 
     def _engine_teardown(self, rec: Evidence) -> bool:
         """A shell's bare "Killed" after the engine reported a failed child is the engine's own

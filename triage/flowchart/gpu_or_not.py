@@ -24,7 +24,7 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 # Signals that follow a GPU OOM as its consequences (teardown, peers timing out). Which Xids are
 # consequences or only informational is data (triage/data/xids.yaml).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value,
-                 Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value}
+                 Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value, Kind.ERROR_NOT_MEMORY.value}
 
 
 class GpuAnswer(NamedTuple):
@@ -171,6 +171,7 @@ _LABELS = {
     "nccl_error": "an NCCL collective failure",
     "cuda_error": "a CUDA error that is not out-of-memory",
     "host_memory_growth": "host process memory (RSS) growth",
+    "error_not_memory": "an error whose own words name a cause other than memory",
     "host_memory_exhausted": "a host (CPU) memory allocation failed",
     "process_crash": "the process crashed (segfault / stack overflow)",
     "setup_error": "a broken install or environment (import, driver, device, tokenizer)",

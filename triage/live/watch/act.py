@@ -10,7 +10,8 @@ only on the risks that precede an OOM:
             (`risk.outside_budget`). A budget of util_no_headroom alone is configuration.
 
 Never on burst or prefix_cache: a full KV cache with a queue is saturation, the engine doing its
-job, and a restart only drops the queue.
+job, and a restart only drops the queue. A leak that at its slope will not fill the card within
+`leak_horizon_s` (the time to the next scheduled restart) is left to that restart.
 
 A precursor must hold for `hold_s` (every reading in a row) before anything is done. Then the
 server is proven (the process listening on the URL's port, whose command line is an engine's own
@@ -19,13 +20,17 @@ on it: drain, stop the process tree, relaunch with the running server's own comm
 wait until it serves a completion — with recovery's audit log, host and incident locks and step
 timeouts (`recovery.session.open_live_session` / `execute`). Without `execute` it is a dry run:
 the plan is written to INCIDENT/watch-act/plan-<UTC>.json and nothing is touched. At most
-`max_actions` actions (dry-run plans included) per server per `window_s`; every decision is a
-line of INCIDENT/notes.jsonl (the timeline) and of the watch's output.
+`max_actions` actions (dry-run plans included) per server per `window_s`, and on at most
+`fleet_share` of the watched servers within one window (never two at once when only a few are
+watched); every decision is a line of INCIDENT/notes.jsonl (the timeline) and of the watch's
+output, and with --exporter the decisions, the current hold and the last action are gauges.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -73,23 +78,35 @@ class Policy:
     window_s: float = 3600.0
     execute: bool = False             # False: write the plan, touch nothing
     lock_path: str | None = None      # recovery's host lock (None: its default, $TRIAGE_LOCK_FILE)
+    leak_horizon_s: float = 24 * 3600.0   # a leak filling the card later than this waits for the scheduled restart
+    fleet_share: float = 0.25         # at most this share of the watched servers acted on per window (at least one)
+
+    def fleet_limit(self, servers: int) -> int:
+        return max(1, math.floor(self.fleet_share * servers + 1e-9))
 
 
 @dataclass(frozen=True)
 class Decision:
     time: datetime
     url: str
-    kind: str          # precursor | cleared | planned | restarted | failed | refused | rate_limited
+    kind: str          # precursor | cleared | planned | restarted | failed | refused | rate_limited | fleet_limited
     text: str
 
 
-def precursors(server: ServerView, gpus: Sequence[GpuView], limits: Limits = LIMITS) -> list[Risk]:
-    """The server's risks (already judged by `risk.assess`) that precede an OOM; never saturation."""
+DECISION_KINDS = ("precursor", "cleared", "planned", "restarted", "failed", "refused", "rate_limited",
+                  "fleet_limited")
+
+
+def precursors(server: ServerView, gpus: Sequence[GpuView], limits: Limits = LIMITS,
+               leak_horizon_s: float = math.inf) -> list[Risk]:
+    """The server's risks (already judged by `risk.assess`) that precede an OOM; never saturation,
+    and never a leak that will not fill the card within `leak_horizon_s`."""
     own = [g for g in gpus if g.index in server.gpus]
     out = []
     for r in server.risks:
         if r.oom_class == "chronic":
-            out.append(r)
+            if r.fills_card_in_s is None or r.fills_card_in_s <= leak_horizon_s:
+                out.append(r)
         elif r.oom_class == "startup" and any(outside_budget(server, g, limits) is not None for g in own):
             out.append(r)
     return out
@@ -100,6 +117,19 @@ class _State:
     since: float | None = None                         # monotonic time the precursor was first seen, in a row
     actions: deque[float] = field(default_factory=deque)
     limited_said: bool = False
+    held_s: float = 0.0                                # how long the current precursor has held (0: none)
+    counts: dict[str, int] = field(default_factory=dict)
+    last_action: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ServerActState:
+    """What the exporter's gauges show of one server: the current hold, the decisions so far."""
+
+    url: str
+    held_s: float
+    counts: dict[str, int]
+    last_action: datetime | None
 
 
 Restart = Callable[[ServerView, list[Risk]], tuple[str, str]]      # -> (decision kind, text)
@@ -112,26 +142,30 @@ class Actor:
         self.policy, self.incident, self.say, self.limits, self.clock = policy, Path(incident), say, limits, clock
         self._restart = restart or self._drained_restart
         self._state: dict[str, _State] = {}
+        self._lock = threading.Lock()          # observe() in the watch loop, snapshot() in an exporter scrape
         self.decisions: list[Decision] = []
 
     def observe(self, reading: Reading) -> list[Decision]:
         out: list[Decision] = []
         for server in reading.servers:
-            st = self._state.setdefault(server.url, _State())
-            found = precursors(server, reading.gpus, self.limits) if server.reachable and server.healthy else []
+            with self._lock:
+                st = self._state.setdefault(server.url, _State())
+            found = precursors(server, reading.gpus, self.limits, self.policy.leak_horizon_s) \
+                if server.reachable and server.healthy else []
             now = self.clock()
             if not found:
                 if st.since is not None:
                     out.append(Decision(reading.time, server.url, "cleared",
                                         f"{server.url}: the precursor cleared after {now - st.since:.0f} s: "
                                         "nothing done"))
-                st.since, st.limited_said = None, False
+                st.since, st.limited_said, st.held_s = None, False, 0.0
                 continue
             if st.since is None:
                 st.since = now
                 out.append(Decision(reading.time, server.url, "precursor",
                                     f"{server.url}: OOM precursor {_describe(found)}; a drained restart if it holds "
                                     f"for {self.policy.hold_s:g} s"))
+            st.held_s = now - st.since
             if now - st.since < self.policy.hold_s:
                 continue
             while st.actions and now - st.actions[0] >= self.policy.window_s:
@@ -144,13 +178,34 @@ class Actor:
                                         f"action(s) in the last {self.policy.window_s:g} s (at most "
                                         f"{self.policy.max_actions}): nothing done"))
                 continue
+            busy = self._fleet_acted(now, server.url)
+            limit = self.policy.fleet_limit(len(reading.servers))
+            if len(busy) >= limit:
+                if not st.limited_said:
+                    st.limited_said = True
+                    out.append(Decision(reading.time, server.url, "fleet_limited",
+                                        f"{server.url}: precursor held {now - st.since:.0f} s, but {len(busy)} of the "
+                                        f"{len(reading.servers)} watched servers were acted on in the last "
+                                        f"{self.policy.window_s:g} s (at most {limit}, fleet share "
+                                        f"{self.policy.fleet_share:g}): nothing done"))
+                continue
             st.actions.append(now)
-            st.since, st.limited_said = None, False           # a new hold starts after an action
+            st.since, st.limited_said, st.held_s = None, False, 0.0      # a new hold starts after an action
+            st.last_action = reading.time
             kind, text = self._restart(server, found)
             out.append(Decision(reading.time, server.url, kind, text))
         for d in out:
             self._record(d)
         return out
+
+    def _fleet_acted(self, now: float, url: str) -> list[str]:
+        """The other servers acted on within the window (this one's own actions are its rate limit)."""
+        return [u for u, st in self._state.items()
+                if u != url and any(now - t < self.policy.window_s for t in st.actions)]
+
+    def snapshot(self) -> list[ServerActState]:
+        with self._lock:
+            return [ServerActState(url, st.held_s, dict(st.counts), st.last_action) for url, st in self._state.items()]
 
     # -- recording ----------------------------------------------------------------------------------
     def _record(self, d: Decision) -> None:
@@ -160,6 +215,9 @@ class Actor:
         from ...errors import TriageError
 
         self.decisions.append(d)
+        with self._lock:
+            counts = self._state.setdefault(d.url, _State()).counts
+            counts[d.kind] = counts.get(d.kind, 0) + 1
         self.say(f"{rfc3339(d.time)} act {d.kind}: {d.text}")
         text = mask_text(NOTE_PREFIX + f"{d.kind}: {d.text}")
         if len(text) > MAX_TEXT:

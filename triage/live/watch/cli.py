@@ -51,13 +51,20 @@ _GPUS = re.compile(r"^(?P<url>.+)=(?P<gpus>\d+(?:,\d+)*)$")
               help="With --act: at most N actions (dry-run plans included) per server per --action-window.")
 @click.option("--action-window", "window_s", type=click.FloatRange(min=1), default=3600.0, show_default=True,
               metavar="S", help="With --act: the rate limit's window, seconds.")
+@click.option("--leak-horizon", "leak_horizon_s", type=click.FloatRange(min=0), default=86400.0, show_default=True,
+              metavar="S", help="With --act: act on a leak only when, at its slope, it fills the card within S seconds "
+                                "(the time to your next scheduled restart); a slower one waits for that restart.")
+@click.option("--fleet-share", type=click.FloatRange(min=0, max=1), default=0.25, show_default=True, metavar="F",
+              help="With --act: act on at most this share of the watched servers per --action-window (at least "
+                   "one server).")
 @click.option("--allow-remote", is_flag=True,
               help="With --act: accept a --vllm-url that is not loopback (the server must still run on this host).")
 @click.option("--readings", type=click.IntRange(min=1), default=None, hidden=True,
               help="Stop after N readings (drills and tests).")
 def watch(urls: Sequence[str], interval: float, incident: str | None, exporter_port: int | None, exporter_host: str,
           hooks_dirs: Sequence[str], once: bool, as_json: bool, nvml: bool, act: bool, execute: bool, hold_s: float,
-          max_actions: int, window_s: float, allow_remote: bool, readings: int | None) -> None:
+          max_actions: int, window_s: float, leak_horizon_s: float, fleet_share: float, allow_remote: bool,
+          readings: int | None) -> None:
     """Watch running vLLM servers and their GPUs for the early signs of each OOM class.
 
     Per server: KV-cache usage, running / waiting, preemption and success rates, prefix-cache hit
@@ -72,7 +79,9 @@ def watch(urls: Sequence[str], interval: float, incident: str | None, exporter_p
         raise click.UsageError("nothing to watch: give --vllm-url URL, or leave NVML on")
     if once and exporter_port is not None:
         raise click.UsageError("--exporter serves a running watch: leave out --once")
-    actor = _actor(specs, incident, once, as_json, act, execute, hold_s, max_actions, window_s, allow_remote)
+    actor = _actor(specs, incident, once, as_json, act, execute, allow_remote,
+                   dict(hold_s=hold_s, max_actions=max_actions, window_s=window_s, leak_horizon_s=leak_horizon_s,
+                        fleet_share=fleet_share))
     if incident and not os.path.isdir(incident):
         raise click.BadParameter(f"Directory {incident!r} does not exist.", param_hint="'--incident'")
     from ...output import echo, echo_json
@@ -103,8 +112,8 @@ def watch(urls: Sequence[str], interval: float, incident: str | None, exporter_p
         watcher.close()
 
 
-def _actor(specs, incident: str | None, once: bool, as_json: bool, act: bool, execute: bool, hold_s: float,
-           max_actions: int, window_s: float, allow_remote: bool):
+def _actor(specs, incident: str | None, once: bool, as_json: bool, act: bool, execute: bool, allow_remote: bool,
+           policy: dict):
     """The --act sidecar (triage/live/watch/act.py), or None; its options checked first."""
     if not act:
         if execute:
@@ -132,8 +141,7 @@ def _actor(specs, incident: str | None, once: bool, as_json: bool, act: bool, ex
         raise click.BadParameter(str(exc), param_hint="'--incident'") from None
     from ...output import echo
 
-    return Actor(Policy(hold_s, max_actions, window_s, execute), incident,
-                 lambda line: echo(line, err=as_json))
+    return Actor(Policy(execute=execute, **policy), incident, lambda line: echo(line, err=as_json))
 
 
 def _loop(watcher, incident: str | None, exporter_port: int | None, exporter_host: str, as_json: bool,
@@ -144,6 +152,8 @@ def _loop(watcher, incident: str | None, exporter_port: int | None, exporter_hos
     from .loop import JsonLinesView, LinesView, LiveView, Publisher, run
 
     exporter = Exporter(exporter_host, exporter_port) if exporter_port is not None else None
+    if exporter is not None and actor is not None:
+        exporter.add_act(actor)
     extra = f"; exporter {exporter.url}" if exporter else ""
     publisher = Publisher(exporter, IncidentNotes(incident) if incident else None, _warn)
     if as_json:
@@ -155,7 +165,8 @@ def _loop(watcher, incident: str | None, exporter_port: int | None, exporter_hos
     if actor is not None:
         p = actor.policy
         extra += (f"; act: {'EXECUTE' if p.execute else 'dry run'}, hold {p.hold_s:g} s, at most {p.max_actions} "
-                  f"per {p.window_s:g} s")
+                  f"per {p.window_s:g} s and {p.fleet_limit(len(watcher.servers))} of {len(watcher.servers)} "
+                  f"server(s) per window, leaks filling the card within {p.leak_horizon_s:g} s")
     if not isinstance(view, LiveView):
         echo(f"triage watch: every {watcher.interval_s:g} s{extra}; Ctrl-C to stop", err=True)
     try:

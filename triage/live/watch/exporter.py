@@ -35,16 +35,16 @@ class MetricSpec:
     help: str
 
 
-def load_specs(path: Path = SPEC_PATH) -> dict[str, MetricSpec]:
+def load_specs(path: Path = SPEC_PATH, section: str = "metrics") -> dict[str, MetricSpec]:
     import yaml
 
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise TriageError(f"{path}: cannot read the exporter's metric definitions: {exc}") from None
-    metrics = doc.get("metrics") if isinstance(doc, dict) else None
+    metrics = doc.get(section) if isinstance(doc, dict) else None
     if not isinstance(metrics, dict):
-        raise TriageError(f"{path}: no `metrics:` mapping")
+        raise TriageError(f"{path}: no `{section}:` mapping")
     specs = {}
     for name, entry in metrics.items():
         labels = entry.get("labels") if isinstance(entry, dict) else None
@@ -160,6 +160,45 @@ class ReadingCollector:
             yield family
 
 
+class ActCollector:
+    """watch --act's decisions as series (act_metrics in the yaml), read from the actor at scrape time."""
+
+    def __init__(self, actor: Any, specs: dict[str, MetricSpec]) -> None:
+        names = ("triage_act_decisions_total", "triage_act_precursor_held_seconds",
+                 "triage_act_last_action_timestamp_seconds")
+        missing = [n for n in names if n not in specs]
+        if missing:
+            raise TriageError(f"{SPEC_PATH.name} does not define {', '.join(missing)} under act_metrics")
+        self.actor, self.specs = actor, specs
+
+    def describe(self) -> list[Any]:
+        return list(self._families([]))
+
+    def collect(self) -> list[Any]:
+        return list(self._families(self.actor.snapshot()))
+
+    def _families(self, states: list[Any]) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from .act import DECISION_KINDS
+
+        spec = self.specs["triage_act_decisions_total"]
+        # prometheus-client appends `_total` to a counter's name itself.
+        decisions = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=list(spec.labels))
+        spec = self.specs["triage_act_precursor_held_seconds"]
+        held = GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+        spec = self.specs["triage_act_last_action_timestamp_seconds"]
+        last = GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+        for st in states:
+            server = server_label(st.url)
+            for kind in DECISION_KINDS:
+                decisions.add_metric([server, kind], float(st.counts.get(kind, 0)))
+            held.add_metric([server], float(st.held_s))
+            if st.last_action is not None:
+                last.add_metric([server], st.last_action.timestamp())
+        yield from (decisions, held, last)
+
+
 class Exporter:
     def __init__(self, host: str, port: int, specs: dict[str, MetricSpec] | None = None) -> None:
         from prometheus_client import CollectorRegistry, start_http_server
@@ -167,6 +206,7 @@ class Exporter:
         self.collector = ReadingCollector(specs or load_specs())
         registry = CollectorRegistry(auto_describe=True)
         registry.register(self.collector)      # type: ignore[arg-type]
+        self._registry = registry
         try:
             started = start_http_server(port, addr=host, registry=registry)
         except OSError as exc:
@@ -185,6 +225,10 @@ class Exporter:
 
     def update(self, reading: Reading) -> None:
         self.collector.set(reading)
+
+    def add_act(self, actor: Any) -> None:
+        """Serve watch --act's decisions too (act_metrics)."""
+        self._registry.register(ActCollector(actor, load_specs(section="act_metrics")))   # type: ignore[arg-type]
 
     def close(self) -> None:
         if self._server is not None:

@@ -144,6 +144,13 @@ class GpuView:
     def used_share(self) -> float | None:
         return self.used_bytes / self.total_bytes if self.total_bytes else None
 
+    @property
+    def fills_in_s(self) -> float | None:
+        """At the trend's slope, seconds until nothing of the card is free (None: not rising)."""
+        if self.trend is None or self.trend.slope_bytes_per_hour <= 0 or not self.total_bytes:
+            return None
+        return max(0.0, self.total_bytes - self.used_bytes) / (self.trend.slope_bytes_per_hour / 3600)
+
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "name": self.name, "uuid": self.uuid, "used_bytes": self.used_bytes,
                 "total_bytes": self.total_bytes, "used_share": _round(self.used_share, 4),
@@ -155,9 +162,13 @@ class Risk:
     oom_class: str          # one of RISK_CLASSES
     level: str              # one of LEVELS
     reasons: tuple[str, ...]
+    fills_card_in_s: float | None = None    # a leak: at its slope, the time until the card is full
 
     def to_json(self) -> dict[str, Any]:
-        return {"class": self.oom_class, "level": self.level, "reasons": list(self.reasons)}
+        out: dict[str, Any] = {"class": self.oom_class, "level": self.level, "reasons": list(self.reasons)}
+        if self.fills_card_in_s is not None:
+            out["fills_card_in_s"] = round(self.fills_card_in_s)
+        return out
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ later call the failure:
   burst         KV usage at kv_high / kv_critical, or at kv_busy with waiting_high requests
                 queued or requests being preempted
   chronic       inactive_split / reserved at inactive_split_share (the newest hooks dump of
-                a process still running), or GPU memory rising at least leak_min_rise of the
-                card over at least leak_min_span_s while running requests stay flat (a leak)
+                a process still running), or GPU memory rising over at least leak_min_span_s
+                while running requests stay flat (a leak), by leak_min_rise of the card or by
+                leak_headroom_share of what is still free; a leak alone says when, at its
+                slope, the card is full (`fills_card_in_s`, what `watch --act` weighs)
   startup       NVML used above the engine's budget by more than `discrepancy`: memory
                 outside the engine's accounting, so a restart with this budget will not find
                 it free; or a budget of util_no_headroom or more
@@ -47,6 +49,7 @@ class Limits:
     fragmentation_min_bytes: float
     leak_min_rise: float
     leak_min_span_s: float
+    leak_headroom_share: float
     util_no_headroom: float
     free_margin: float
 
@@ -125,6 +128,7 @@ def _kv_level(kv: float, lim: Limits) -> str:
 
 def _chronic(s: ServerView, gpus: Iterable[GpuView], lim: Limits) -> Risk | None:
     reasons = []
+    fills: list[float] = []
     f = s.fragmentation
     if f is not None and f.current and f.reserved_bytes >= lim.fragmentation_min_bytes \
             and f.ratio >= lim.inactive_split_share:
@@ -136,13 +140,25 @@ def _chronic(s: ServerView, gpus: Iterable[GpuView], lim: Limits) -> Risk | None
         t = g.trend
         if t is None or not g.total_bytes or t.slope_bytes_per_hour <= 0 or t.span_s < lim.leak_min_span_s:
             continue
-        if t.rise_bytes < lim.leak_min_rise * g.total_bytes or s.load is None or not s.load.steady:
+        headroom = max(0, g.total_bytes - g.used_bytes)
+        big = t.rise_bytes >= lim.leak_min_rise * g.total_bytes
+        eating = headroom > 0 and t.rise_bytes >= lim.leak_headroom_share * headroom
+        if not (big or eating) or s.load is None or not s.load.steady:
             continue
+        eta = g.fills_in_s
+        fills += [eta] if eta is not None else []
+        full = f"; at this rate the card is full in {eta / 3600:.1f} h" if eta is not None else ""
+        measure = (f"{t.rise_bytes / g.total_bytes:.0%} of the card; leak_min_rise {lim.leak_min_rise:.0%}" if big else
+                   f"{t.rise_bytes / headroom:.0%} of the {format_bytes(headroom)} still free; leak_headroom_share "
+                   f"{lim.leak_headroom_share:.0%}")
         reasons.append(f"GPU {g.index} memory rising {format_bytes(t.slope_bytes_per_hour)}/h over "
-                       f"{t.span_s / 3600:.1f} h (+{format_bytes(t.rise_bytes)}, {t.rise_bytes / g.total_bytes:.0%} "
-                       f"of the card; leak_min_rise {lim.leak_min_rise:.0%}) while running requests stayed flat "
-                       f"(mean {s.load.mean_running:.1f}): a leak")
-    return Risk("chronic", "warning", tuple(reasons)) if reasons else None
+                       f"{t.span_s / 3600:.1f} h (+{format_bytes(t.rise_bytes)}, {measure}) while running requests "
+                       f"stayed flat (mean {s.load.mean_running:.1f}): a leak{full}")
+    if not reasons:
+        return None
+    # A fragmentation reading is no leak with a deadline: only a leak alone carries one.
+    leak_only = fills and len(fills) == len(reasons)
+    return Risk("chronic", "warning", tuple(reasons), min(fills) if leak_only else None)
 
 
 def outside_budget(s: ServerView, g: GpuView, lim: Limits = LIMITS) -> float | None:

@@ -2,18 +2,18 @@
 
 The memory trend asks "is used memory climbing", not "is it high": a leak of 12.8 MB per 1k
 requests never trips a level alert. The window is bounded twice, so a watch left running for
-weeks holds a fixed amount: by age (WINDOW_S, twice the span the leak rule asks for, so the
-rule can be met while the start-up ramp has long left the window) and by count (a point is kept
-at most every WINDOW_S / MAX_POINTS seconds; readings in between only refresh the last point).
+weeks holds a fixed amount: by age (WINDOW_S, the leak_window_s threshold: a day, over which a
+slow leak stands out) and by count (a point is kept at most every WINDOW_S / MAX_POINTS seconds;
+readings in between only refresh the last point).
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
 
-from ...thresholds import LEAK_MIN_SPAN_S
+from ...thresholds import LEAK_WINDOW_S
 
-WINDOW_S = 2 * LEAK_MIN_SPAN_S
+WINDOW_S = LEAK_WINDOW_S
 MAX_POINTS = 720
 
 

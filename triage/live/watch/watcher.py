@@ -55,15 +55,22 @@ class _Server:
 class Watcher:
     def __init__(self, servers: Sequence[ServerSpec], interval_s: float, *, nvml: bool = True,
                  limits: Limits = LIMITS, clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 fetcher: Callable[[Endpoint, float, bool], ServerFetch] | None = None,
+                 nvml_session: NvmlSession | None = None) -> None:
+        """`fetcher` and `nvml_session` replace the HTTP scrape and NVML (a drill in simulated time)."""
         self.interval_s = interval_s
         self.timeout_s = timeout_for(interval_s)
         self.limits = limits
-        self._clock, self._now = clock, now
+        self._clock, self._now, self._fetch = clock, now, fetcher
         self._servers = [_Server(s, Endpoint(s.url)) for s in servers]
-        self._nvml = NvmlSession() if nvml else None
+        self._nvml = nvml_session if nvml_session is not None else (NvmlSession() if nvml else None)
         self._nvml_seen = False
         self._trends: dict[str, Window] = {}
+
+    @property
+    def servers(self) -> list[ServerSpec]:
+        return [s.spec for s in self._servers]
 
     # -- one reading -------------------------------------------------------------------------------
     def read(self) -> Reading:
@@ -92,7 +99,7 @@ class Watcher:
             server.asking_models = server.known.get("max_model_len") is None and t >= server.models_after
 
             def run(i: int = i, server: _Server = server) -> None:
-                results[i] = fetch(server.endpoint, self.timeout_s, server.asking_models)
+                results[i] = (self._fetch or fetch)(server.endpoint, self.timeout_s, server.asking_models)
 
             thread = threading.Thread(target=run, name=f"triage-watch-{i}", daemon=True)
             thread.start()
