@@ -209,3 +209,19 @@ def test_unallocated_memory_about_the_request_size_is_not_fragmentation(tmp_path
     served = 'INFO:     127.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK\n'
     assert _classify(tmp_path, served + oom(1075)).oom_class.value != "chronic"
     assert _classify(tmp_path, served + oom(1536)).oom_class.value == "chronic"
+
+
+def test_an_oom_inside_a_javascript_clients_error_object_was_a_request(tmp_path):
+    """A chat front end printing the backend's error answer as an object literal: the OOM was that
+    request's, so the server was serving."""
+    v = _classify(tmp_path, "{\n    msg: 'ran out of memory: CUDA out of memory. Tried to allocate 26.00 MiB (GPU 0; 14.76 GiB "
+                            "total capacity; 13.65 GiB already allocated; 9.88 MiB free; 13.85 GiB reserved in total by "
+                            "PyTorch)',\n    type: 'out_of_memory.gpu.cuda'\n}")
+    assert v.oom_class.value == "burst"
+
+
+def test_a_generation_summary_with_no_tokens_is_the_request_that_failed(tmp_path):
+    v = _classify(tmp_path, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 8.00 GiB "
+                            "total capacity; 6.50 GiB already allocated; 0 bytes free; 6.60 GiB reserved in total by "
+                            "PyTorch)\nOutput generated in 1.20 seconds (0.00 tokens/s, 0 tokens, context 3100, seed 7)")
+    assert v.oom_class.value == "burst"

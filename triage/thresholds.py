@@ -42,11 +42,14 @@ TABLE: dict[str, Threshold] = {
                                          "oversized request (a huge prompt or image), not general load",
                                          "rule design"),
     # --- allocator ----------------------------------------------------------------------------
-    "fragmentation_min_share": Threshold(0.03, "share of the card", "reserved-but-unallocated memory below this is "
-                                         "allocator slack; at or above it, and at least the failed request, the "
+    "fragmentation_min_share": Threshold(0.05, "share of the card", "reserved-but-unallocated memory below this is "
+                                         "allocator slack; at or above it, and more than the failed request, the "
                                          "memory was there in unusable pieces (fragmentation). There is no third "
-                                         "outcome: every value is either in use or fragmented",
-                                         _FLOWCHART + " (chronic: large reserved-but-unallocated)"),
+                                         "outcome: every value is either in use or fragmented. A serving engine "
+                                         "keeps a few percent of the card cached between steps (CUDA-graph pools, "
+                                         "per-stream caches, 2 MiB rounding); the fragmentation OOMs of long-running "
+                                         "servers in the corpus show 10-35% of the card unallocated",
+                                         _FLOWCHART + " (chronic: large reserved-but-unallocated); rule design"),
     "fragmentation_min_multiple": Threshold(1.25, "times the failed request", "reserved-but-unallocated "
                                             "memory must exceed the failed request by this factor to count as "
                                             "fragmentation: the caching allocator rounds a large request up to whole "

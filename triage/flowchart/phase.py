@@ -150,8 +150,10 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
 # An HTTP API's error answer carrying the failure as its message: OpenAI-style
 # `{"object": "error", "message": ...}`, `{"error": {"message": ...}}` / `{"error": "..."}`, or an
 # SSE `data: {"error": ...}` event, possibly escaped once inside a quoted paste, or printed by a
-# Python client as a dict (`Error code: 500 - {'object': 'error', ...}`).
-_ERROR_BODY = re.compile(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])""")
+# Python client as a dict (`Error code: 500 - {'object': 'error', ...}`), or by a JavaScript
+# client as an object literal whose message line starts `msg: '...` / `message: "...`.
+_ERROR_BODY = re.compile(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])"""
+                         r"""|^\s{0,12}(?:msg|message|detail|error)\s?:\s?['"]""")
 # A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args.
 _CALL = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # bounded, from a word start: linear on any line
 
