@@ -225,3 +225,13 @@ def test_a_generation_summary_with_no_tokens_is_the_request_that_failed(tmp_path
                             "total capacity; 6.50 GiB already allocated; 0 bytes free; 6.60 GiB reserved in total by "
                             "PyTorch)\nOutput generated in 1.20 seconds (0.00 tokens/s, 0 tokens, context 3100, seed 7)")
     assert v.oom_class.value == "burst"
+
+
+def test_a_line_logged_at_error_level_is_a_failure_even_when_no_entry_names_it(tmp_path):
+    """Start-up progress then an error no entry knows: never an all-clear; the same error followed by
+    requests served was handled (one request's), and the server is healthy."""
+    start = "2026-05-01T10:00:00.000000Z  INFO myserve::loader: Waiting for shard to be ready... rank=0\n"
+    error = "2026-05-01T10:00:05.000000Z ERROR myserve::router: upstream worker returned an unexpected reply\n"
+    assert _classify(tmp_path, start + error).oom_class.value == "unknown"
+    served = '127.0.0.1 - - [01/May/2026:10:00:09 +0000] "POST /v1/completions HTTP/1.1" 200 512\n'
+    assert _classify(tmp_path, start + error + served).oom_class.value == "no_oom"

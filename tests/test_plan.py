@@ -280,7 +280,9 @@ def test_sglang_sizes_the_pool_from_mem_fraction_static():
     code, doc = plan_json("--model", f"{M}/DeepSeek-V2-Lite-Chat", "--gpu", "A100-80GB", "--engine", "sglang",
                           "--max-model-len", "32768")
     s = doc["settings"]
-    assert s["gpu_memory_utilization"]["value"] == pytest.approx((79.15 - 10) / 79.15, abs=0.001)
+    # sglang/srt/server_args.py:449-496 (0.5.2): gpu_mem is nvidia-smi's total in MiB (utils.py
+    # get_nvgpu_memory_capacity), 81,920 for an A100-80GB; reserved 9.5 + 1/2 GiB
+    assert s["gpu_memory_utilization"]["value"] == round((81920 - 10 * 1024) / 81920, 3) == 0.875
     assert doc["figures"]["kv_bytes_per_block"]["value"] == doc["figures"]["kv_bytes_per_position"]["value"] == 31_104
     assert doc["command"].startswith("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V2-Lite-Chat")
     assert "--context-length 32768" in doc["command"] and "--mem-fraction-static" in doc["command"]

@@ -165,3 +165,111 @@ def test_0_6_5_is_read_from_its_own_wheel():
     assert rel.non_torch.value == "context" and rel.chunked_tokens == 2048 and pick("0.6.4")[0].chunked_tokens is None
     d = sizing("vllm", "0.6.5").defaults(resolve("H100").memory, False, 65536, 1, 1)
     assert d["max_num_batched_tokens"][0] == 2048
+
+
+# --- sliding-window layers in vLLM's printed KV figures -------------------------------------------
+
+def _phi3_like() -> dict:
+    """Phi-3-mini's shape (config.json: 32 layers, 32 heads of 96, sliding_window 2047, no layer_types):
+    vLLM makes every layer a sliding-window one (engine/arg_utils.py: not is_interleaved ->
+    CacheConfig.sliding_window; attention takes it when the layer names none)."""
+    return {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 3072,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "intermediate_size": 8192, "vocab_size": 32064, "max_position_embeddings": 4096,
+            "sliding_window": 2047, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+
+
+def test_vllm_prints_the_pool_in_token_slots_of_every_layer_even_for_sliding_window_layers():
+    s = model_config.parse(_phi3_like(), "phi3.json")
+    assert set(s.layer_kinds) == {"sliding"}
+    o = evaluate(s, resolve("RTX 3090"), Request(max_model_len=4096, util=0.85, dtype="float16"),
+                 sizing("vllm", "0.19.1"))
+    per_block = 16 * 2 * 32 * 32 * 96 * 2              # 16 tokens x K and V x 32 layers x 32 heads x 96 x 2 bytes
+    assert o.kv.per_block == per_block
+    # kv_cache_utils.py _report_kv_cache_config: num_blocks // len(kv_cache_groups) x block_size, one group here
+    assert o.capacity == o.pool // per_block * 16
+    # SlidingWindowSpec.max_memory_usage_bytes: cdiv(min(2047 - 1 + 2048, 4096), 16) + 1 = 257 blocks a request
+    assert o.one_seq == 257 * per_block
+    assert o.concurrency == pytest.approx(o.pool / (257 * per_block))
+
+
+def test_the_window_counts_max_num_batched_tokens_past_it_as_vllm_allocates_during_chunked_prefill():
+    s = model_config.parse({**_phi3_like(), "max_position_embeddings": 131072}, "phi3-long.json")
+    o = evaluate(s, resolve("H100"), Request(max_model_len=131072, max_num_batched_tokens=4096),
+                 sizing("vllm", "0.19.1"))
+    # min(2047 - 1 + 4096, 131072) = 6142 tokens -> 384 blocks + 1
+    assert o.one_seq == 385 * o.kv.per_block
+    assert o.capacity == o.pool // o.kv.per_block * 16
+
+
+def test_before_the_hybrid_allocator_sliding_layers_keep_every_token():
+    s = model_config.parse(_phi3_like(), "phi3.json")
+    o = evaluate(s, resolve("RTX 3090"), Request(max_model_len=4096), sizing("vllm", "0.8.5"))
+    assert o.one_seq == 256 * o.kv.per_block and o.capacity == o.pool // o.kv.per_block * 16
+
+
+# --- SGLang's defaults by release -----------------------------------------------------------------
+
+def _sglang(version, gpu, tp=1, pp=1):
+    g = resolve(gpu)
+    z = sizing("sglang", version)
+    return z, z.defaults(g.memory, g.a100, 32768, tp, pp, g.smi_mib)
+
+
+@pytest.mark.parametrize("tp,frac", [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79)])
+def test_sglang_0_4_sets_mem_fraction_static_by_tensor_parallelism(tp, frac):
+    # sglang/srt/server_args.py:204-214 (0.4.3.post4), :224-235 (0.4.6)
+    for version in ("0.4.3.post4", "0.4.6"):
+        z, d = _sglang(version, "RTX A6000", tp=tp)
+        assert d["gpu_memory_utilization"][0] == frac
+        assert "server_args.py" in d["gpu_memory_utilization"][1] and version in d["gpu_memory_utilization"][1]
+
+
+def test_sglang_0_4_6_past_80_gib_reserves_13_gib_and_chunks_by_25000_mib():
+    # server_args.py:236-245 (0.4.6): (gpu_mem - 1024 x 13) / gpu_mem with gpu_mem nvidia-smi's MiB (143,771 on H200)
+    z, d = _sglang("0.4.6", "H200")
+    assert d["gpu_memory_utilization"][0] == round((143771 - 13 * 1024) / 143771, 3)
+    assert d["max_num_batched_tokens"][0] == 8192
+    _, l4 = _sglang("0.4.6", "L4")
+    assert l4["max_num_batched_tokens"][0] == 2048
+
+
+def test_sglang_0_4_7_and_0_4_8_rules():
+    # server_args.py:253-283 (0.4.7): by tp x pp up to 81,920 MiB; past 96 GiB the 48 GiB / 18 GiB rule
+    _, d = _sglang("0.4.7", "A100-80GB", tp=2, pp=2)
+    assert d["gpu_memory_utilization"][0] == 0.85
+    _, h200 = _sglang("0.4.7", "H200")
+    assert h200["gpu_memory_utilization"][0] == round(min(0.88 + 48 * 1024 * 0.12 / 143771,
+                                                          (143771 - 18 * 1024) / 143771), 3)
+    # server_args.py:274-313 (0.4.8): (gpu_mem - reserved) / gpu_mem, reserved 9.5 + tp x pp / 2 GiB under 90 GiB
+    z, a6000 = _sglang("0.4.9", "RTX A6000")
+    assert "sized as 0.4.8" in z.label
+    assert a6000["gpu_memory_utilization"][0] == round((49140 - 10 * 1024) / 49140, 3)
+
+
+def test_sglang_without_a_version_is_sized_as_the_newest_release_read():
+    z = sizing("sglang", None)
+    assert "0.5.2" in z.label and z.sglang_rule == "reserved"
+    assert "sized as 0.4.3.post4" in sizing("sglang", "0.4.0").label
+
+
+def test_chunked_local_attention_keeps_chunk_plus_a_step_without_the_extra_block():
+    # ChunkedLocalAttentionSpec.max_memory_usage_bytes (vllm/v1/kv_cache_interface.py:232-244, 0.19.1):
+    # cdiv(min(attention_chunk_size + max_num_batched_tokens, max_model_len), block_size) blocks
+    from triage.plan.plan import vllm_request_bytes
+
+    kvl = layout(model_config.parse({**_phi3_like(), "sliding_window": None, "attention_chunk_size": 8192,
+                                     "no_rope_layers": [1, 1, 1, 0] * 8, "max_position_embeddings": 131072},
+                                    "chunked.json"), 2)
+    assert kvl.window == 8192 and kvl.windowed and kvl.full
+    got = vllm_request_bytes(kvl, 65536, 2048, chunked=True)
+    assert got == (4096 * kvl.full + 640 * kvl.windowed) * 16       # 65536 / 16 blocks; (8192 + 2048) / 16 blocks
+
+
+def test_phi3_has_a_gated_mlp_and_phi_2_does_not():
+    """vLLM's Phi3ForCausalLM is a Llama (gate, up and down projections); Phi-2's MLP is fc1/fc2."""
+    base = {"hidden_size": 3072, "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096}
+    phi3 = model_config.parse({**base, "model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, "phi3.json")
+    phi2 = model_config.parse({**base, "model_type": "phi", "architectures": ["PhiForCausalLM"]}, "phi.json")
+    assert phi3.gated_mlp and not phi2.gated_mlp

@@ -96,8 +96,10 @@ def test_incident_b_moments_and_durations():
 def test_same_event_in_several_sources_is_one_row_listing_all():
     tl = build_timeline(sample(A))
     death = next(e for e in tl.events if e.kind == "engine_dead" and e.node == "gpu-node-07")
-    # the engine's own line, AsyncEngineDeadError (no time of its own), and the container ending in kubectl
-    assert death.sources == ("logs/gpu-node-07.log:444", "logs/gpu-node-07.log:557", "k8s/pod.json:215")
+    # the engine's own line, AsyncEngineDeadError (no time of its own), the API server terminating, and
+    # the container ending in kubectl
+    assert death.sources == ("logs/gpu-node-07.log:444", "logs/gpu-node-07.log:557", "logs/gpu-node-07.log:563",
+                             "k8s/pod.json:215")
     assert death.count == 1 and death.time == utc("2026-03-12T14:16:52Z")
     firing = [e for e in tl.events if e.kind == "alert_firing" and "GPUMemoryExhausted" in e.text]
     assert len(firing) == 1 and len(firing[0].sources) == 2     # the firing and the resolved payload

@@ -19,6 +19,9 @@ from ..units import whole
 from .base import InputFile, ParseContext
 from .kinds import Kind
 from .log_lifecycle import FAILURE_KINDS, advance_phase
+
+# Logger levels a server states a failure at (logline.py reads them from each engine's prefix).
+FAILURE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK, CHUNK_MARKS, EXCEPTION, FRAME,
                            INLINE_FRAME, REQUEST_REJECTED, is_request_log, short_path)
 from .log_stats_window import RawStats, StatsWindow
@@ -261,6 +264,11 @@ class LogScanner:
         if exc and not emitted and exc.group("type") not in BENIGN_EXCEPTIONS and not REQUEST_REJECTED.search(stripped):
             yield from self._emit(lineno, log, Kind.EXCEPTION, stripped,
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
+        elif not exc and not emitted and log.level in FAILURE_LEVELS and not REQUEST_REJECTED.search(stripped) \
+                and "Traceback (most recent call last)" not in msg and not any(c in msg for c in CHAINED):
+            # The server logged it as an error and no entry says what it is: a failure all the same,
+            # so an excerpt holding one is never read as healthy (what failed is then unknown).
+            yield from self._emit(lineno, log, Kind.EXCEPTION, stripped, {"type": None, "message": stripped[:300]})
 
     def finish(self) -> Iterator[Evidence]:
         self.settle()

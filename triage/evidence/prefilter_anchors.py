@@ -40,9 +40,10 @@ _UNSAFE = frozenset('"\\\'<>&\t\r\n')
 WORD_END = "\\b"         # suffix of a literal that must end a word ("-9" of "exit code -9", not of "-9f3a")
 
 # The reader's structural lines (log_scanner.LogScanner.feed): a traceback's header and frames,
-# the memory_summary() table's title, Prometheus samples pasted into a log.
+# the memory_summary() table's title, Prometheus samples pasted into a log, and the logger levels a
+# failure is stated at (a line at one of them is a failure even when no entry names it).
 STRUCTURAL = ("Traceback (most recent call last)", 'File "', "PyTorch CUDA memory summary",
-              "vllm:", "DCGM_", "dcgm_")
+              "vllm:", "DCGM_", "dcgm_", "ERROR", "CRITICAL", "FATAL")
 
 
 def safe_core(text: str) -> str:

@@ -43,7 +43,8 @@ class Context:
 
     def _served_after(self, rec: Evidence) -> bool:
         """The server went on answering inference (a 2xx/4xx to a POST, a busy stats line) after
-        the error: it was handled, one request's error and not the incident."""
+        the error: it was handled, one request's error and not the incident. Asked only of errors
+        that name no failure of their own (a line at ERROR level, an error naming another cause)."""
         for later in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
             if later.source != rec.source or later.seq <= rec.seq:
                 continue
@@ -70,7 +71,8 @@ class Context:
         A traceback ending in a shutdown or client-disconnect exception is not a failure."""
         return _ordered([e for e in self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR)
                          if not (e.kind == Kind.TRACEBACK.value and (e.fields.get("exception") in BENIGN_EXCEPTIONS
-                                                                     or e.fields.get("rejected_request")))])
+                                                                     or e.fields.get("rejected_request")))
+                         and not (_level_only(e) and self._served_after(e))])
 
     @property
     def any_failure(self) -> bool:
@@ -234,3 +236,8 @@ def _ordered(items: list[Evidence]) -> list[Evidence]:
     if timed and len(timed) == len(items):
         return sorted(items, key=lambda e: (e.time, e.seq))
     return sorted(items, key=lambda e: e.seq)
+
+
+def _level_only(rec: Evidence) -> bool:
+    """A line the server logged at an error level that no entry explains (no exception type)."""
+    return rec.kind == Kind.EXCEPTION.value and "type" in rec.fields and rec.fields["type"] is None

@@ -27,8 +27,12 @@ INDEX_NAME = "model.safetensors.index.json"
 MAX_CONFIG_BYTES = 4 << 20
 MAX_LAYERS = 10_000             # the largest models have a few hundred; a per-layer table is built
 _TEXT_KEYS = ("text_config", "language_config", "llm_config")
-# Models whose MLP is one up and one down projection (no gate).
-_UNGATED = ("opt", "gpt2", "gpt_neox", "gptj", "falcon", "bloom", "starcoder2", "phi", "gpt_bigcode", "mpt")
+# Models whose MLP is one up and one down projection (no gate), by exact model_type: "phi" is
+# Phi-1/1.5/2 (fc1/fc2, vllm/model_executor/models/phi.py), while "phi3" (Phi-3, Phi-4-mini) is a
+# Llama subclass with a gated MLP (vllm/model_executor/models/phi3.py, 0.19.1) and "phimoe"'s experts
+# are gated too. Falcon's older checkpoints call themselves RefinedWeb / RefinedWebModel.
+_UNGATED = frozenset({"opt", "gpt2", "gpt_neox", "gpt_neox_japanese", "gptj", "falcon", "RefinedWeb",
+                      "RefinedWebModel", "bloom", "starcoder2", "phi", "gpt_bigcode", "mpt"})
 # Layer kinds, as config.json `layer_types` writes them, mapped to how their cache grows.
 _LAYER_KINDS = {"full_attention": "full", "attention": "full", "global": "full", "sliding_attention": "sliding",
                 "local": "sliding", "chunked_attention": "chunked", "linear_attention": "linear", "mamba": "mamba",
@@ -259,7 +263,7 @@ def _parse(raw: dict[str, Any], source: str, index_bytes: int | None, index_sour
     if not head_dim:
         raise BadInput(source, f"{k.prefix}head_dim is 0 (hidden_size {hidden} / {heads} heads)")
     vocab = k.int("vocab_size", "padded_vocab_size")
-    gated = not any(model_type.startswith(t) for t in _UNGATED)
+    gated = model_type not in _UNGATED
     intermediate = k.int("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size",
                          default=4 * hidden if not gated else None, required=False)
     moe = _moe(k, layers)

@@ -154,7 +154,7 @@ def settings_for(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> d
         length = (shape.derived_max_len, f"the engine's default: the model's maximum ({shape.derived_max_key})")
     else:
         raise TriageError(f"{shape.source}: no max_position_embeddings: give --max-model-len")
-    defaults = sizing.defaults(gpu.memory, gpu.a100, length[0], req.tp, req.pp)
+    defaults = sizing.defaults(gpu.memory, gpu.a100, length[0], req.tp, req.pp, gpu.smi_mib)
     out: dict[str, tuple[Any, str]] = {"max_model_len": length}
     for name, given, flag in (("gpu_memory_utilization", req.util, "--gpu-memory-utilization"),
                               ("max_num_seqs", req.max_num_seqs, "--max-num-seqs"),
@@ -220,15 +220,20 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
         + (", CUDA graphs" if graphs_in and graphs.bytes else "")
         + (" and the other processes (V0 counts them in the budget)" if tenants and not sizing.v1 and
            sizing.engine == "vllm" else ""))
-    one = kvl.sequence(length)
-    capacity = kvl.tokens(max(pool, 0), length)
+    vllm = sizing.engine == "vllm"
+    one = vllm_request_bytes(kvl, length, tokens, chunked="chunked" in shape.layer_kinds) if vllm and sizing.windows \
+        else kvl.sequence(length)
+    capacity = vllm_pool_tokens(kvl, max(pool, 0)) if vllm and not kvl.state else kvl.tokens(max(pool, 0), length)
     if sizing.engine == "sglang" and req.max_num_seqs is None:
         s["max_num_seqs"] = (max(1, min(4096, capacity // 2)), "SGLang's default: half the pool's tokens, at most 4096")
     concurrency = max(pool, 0) / one if one else 0.0
     longest = kvl.longest(max(pool, 0), cap=shape.max_position or length)
     blocks = max(pool, 0) // kvl.per_block if kvl.per_block else 0
     put("kv_capacity_tokens", "KV cache capacity", capacity, "tokens", True,
-        f"{blocks:,} blocks x {kvl.block} tokens" if kvl.block > 1 and not kvl.windowed else
+        f"{blocks:,} blocks x {kvl.block} tokens" + (" (a token slot in every layer, as vLLM prints it; a "
+                                                      "sliding-window layer reuses its slots past the window)"
+                                                      if kvl.windowed else "")
+        if kvl.block > 1 and (vllm and not kvl.state or not kvl.windowed) else
         f"{gib(max(pool, 0))} / {kvl.per_token:,} bytes per token")
     put("max_concurrency", f"sequences of {length:,} tokens at once", round(concurrency, 2), "x", True,
         f"{gib(max(pool, 0))} / {gib(one)} per sequence")
@@ -249,6 +254,36 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     put("burst_spare", "spare outside the budget for a burst", out.risk.spare, "bytes", True, out.risk.arithmetic)
     _verdict(out, shape, req, sizing, w.per_gpu, budget, peak.bytes + other.bytes + graphs.bytes, graphs.bytes)
     return out
+
+
+def vllm_pool_tokens(kvl: KvLayout, pool: int) -> int:
+    """The KV cache in tokens as vLLM prints it ("GPU KV cache size: N tokens" in V1, "# GPU
+    blocks: N" x block size in V0): whole blocks of one token slot in every attention layer,
+    whatever the layers' kind. V1 logs num_blocks // len(kv_cache_groups) x block_size, and its
+    hybrid allocator sizes a block over one group's layers (vllm/v1/core/kv_cache_utils.py:871
+    (0.9.2), :1011 (0.10.1.1), _report_kv_cache_config (0.19.1)), so a sliding-window layer counts
+    a slot per token like a full one; V0 divides the pool by the cache block of every layer
+    (vllm/worker/cache_engine.py get_cache_block_size, 0.6.4-0.8.3). A mamba / linear layer's
+    state has no per-token slot: evaluate keeps the layout's per-sequence arithmetic there."""
+    return pool // kvl.per_block * kvl.block if kvl.per_block else 0
+
+
+def vllm_request_bytes(kvl: KvLayout, length: int, batched: int, chunked: bool = False) -> int:
+    """The KV bytes vLLM V1's hybrid allocator reserves for one request of `length` tokens, as its
+    "Maximum concurrency" line and its start-up check count them: every token's block in a
+    full-attention layer; in a sliding-window layer min(window - 1 + max_num_batched_tokens,
+    length) tokens in whole blocks plus one (the window may start inside a block),
+    SlidingWindowSpec.max_memory_usage_bytes in vllm/v1/kv_cache_interface.py:148-155 (0.9.2),
+    :172-179 (0.10.1.1), :251-270 (0.19.1); in a chunked local-attention layer (Llama 4)
+    min(chunk + max_num_batched_tokens, length) in whole blocks, ChunkedLocalAttentionSpec
+    :232-244 (0.19.1); get_max_concurrency_for_kv_cache_config in v1/core/kv_cache_utils.py
+    (0.19.1)."""
+    if not kvl.windowed or kvl.window is None:
+        return kvl.sequence(length)
+    blocks = math.ceil(length / kvl.block)
+    kept = math.ceil(min(kvl.window + batched, length) / kvl.block) if chunked else \
+        math.ceil(min(kvl.window - 1 + batched, length) / kvl.block) + 1
+    return (blocks * kvl.full + kept * kvl.windowed) * kvl.block + kvl.state
 
 
 def _verdict(o: Outcome, shape: ModelShape, req: Request, sizing: Sizing, weights: int, budget: int,
