@@ -273,3 +273,18 @@ def test_phi3_has_a_gated_mlp_and_phi_2_does_not():
     phi3 = model_config.parse({**base, "model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, "phi3.json")
     phi2 = model_config.parse({**base, "model_type": "phi", "architectures": ["PhiForCausalLM"]}, "phi.json")
     assert phi3.gated_mlp and not phi2.gated_mlp
+
+
+def test_pipeline_stages_and_mla_projections_are_split_as_vllm_splits_them():
+    from triage.memory.weights import count, pp_partitions, weights
+
+    assert pp_partitions(61, 2) == [31, 30] and pp_partitions(22, 4) == [5, 6, 6, 5] and pp_partitions(32, 4) == [8] * 4
+    mla = model_config.load(ROOT / "samples" / "models" / "DeepSeek-V2-Lite-Chat")
+    params = count(mla)
+    assert all(r > 0 for r in params.replicated)                # q/kv down-projections to the latent
+    one, eight = weights(mla, dtype_bytes=2, quant_bytes=None, quant_text=None, use_index=False), \
+        weights(mla, dtype_bytes=2, quant_bytes=None, quant_text=None, tp=8, use_index=False)
+    # whole on every GPU: tp 8 holds more than an eighth of tp 1, by 7/8 of the replicated part (and of
+    # the rotary table, which every GPU keeps too)
+    rotary = (mla.max_position or 0) * mla.rotary_dim * 2 * mla.rotary_tables
+    assert eight.per_gpu - one.per_gpu / 8 == pytest.approx((sum(params.replicated) * 2 + rotary) * 7 / 8, rel=0.01)

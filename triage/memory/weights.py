@@ -9,7 +9,6 @@ cos/sin table of max_position_embeddings x rotary dimension in that dtype.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from .config import ModelShape
@@ -23,6 +22,7 @@ class Params:
     small: tuple[int, ...]           # per decoder layer: norms, biases, router (kept in the dtype)
     final_norm: int
     vision: int
+    replicated: tuple[int, ...] = ()  # per decoder layer: the part of `linear` every tensor-parallel GPU holds whole
 
     @property
     def total(self) -> int:
@@ -40,16 +40,37 @@ class Weights:
 
 def count(shape: ModelShape) -> Params:
     h = shape.hidden
-    linear, small = [], []
+    linear, small, replicated = [], [], []
     for i in range(shape.layers):
         kind = shape.layer_kinds[i] if shape.layer_kinds else "full"
         attn, attn_small = _attention(shape) if kind in ("full", "sliding", "chunked") else _linear_mixer(shape)
         mlp, mlp_small = _mlp(shape, i)
         linear.append(attn + mlp)
         small.append(attn_small + mlp_small + shape.norms_per_layer * h)
+        replicated.append(_replicated_attention(shape) if kind in ("full", "sliding", "chunked") else 0)
     embed = shape.vocab * h
     return Params(embed, 0 if shape.tied else embed, tuple(linear), tuple(small), h,
-                  shape.vision.params if shape.vision else 0)
+                  shape.vision.params if shape.vision else 0, tuple(replicated))
+
+
+def _replicated_attention(s: ModelShape) -> int:
+    """MLA's down-projections to the latent (q_a_proj, kv_a_proj_with_mqa) are replicated, not split,
+    over tensor-parallel GPUs: vllm/model_executor/models/deepseek_v2.py (ReplicatedLinear in 0.5-0.8;
+    fused_qkv_a_proj with disable_tp later)."""
+    if not s.mla:
+        return 0
+    m = s.mla
+    return s.hidden * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
+
+
+def pp_partitions(layers: int, pp: int) -> list[int]:
+    """Decoder layers per pipeline stage as vLLM splits them: evenly, the remainder one each to the
+    stages before the last, from the second-to-last backwards (the last holds the LM head),
+    vllm/distributed/utils.py get_pp_indices (0.6 onwards, unless VLLM_PP_LAYER_PARTITION is set)."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    return parts
 
 
 def _attention(s: ModelShape) -> tuple[int, int]:
@@ -97,12 +118,19 @@ def weights(shape: ModelShape, *, dtype_bytes: float, quant_bytes: float | None,
     first = (p.embed + p.vision) * dtype_bytes
     rotary = (shape.max_position or 0) * shape.rotary_dim * dtype_bytes * shape.rotary_tables
     total = sum(layer) + first + (p.lm_head * dtype_bytes + p.final_norm * dtype_bytes)
-    per_stage = math.ceil(shape.layers / pp)
-    biggest = max(layer) if layer else 0
-    if pp > 1:
-        busiest = per_stage * biggest + max(first, head)
-    else:
-        busiest = total
+    rep = [r * qb for r in (p.replicated or (0,) * len(layer))]
+    per_gpu, start = [], 0
+    stages = pp_partitions(shape.layers, pp) if pp > 1 else [shape.layers]
+    for n, size in enumerate(stages):
+        stage = sum(layer[start:start + size]) + (first if n == 0 else 0) + (head if n == len(stages) - 1 else 0)
+        if pp == 1:
+            stage = total
+        whole = sum(rep[start:start + size])          # on every tensor-parallel GPU of the stage
+        per_gpu.append((stage - whole) / tp + whole)
+        start += size
+    busiest_gpu = max(per_gpu) if per_gpu else 0.0
+    busiest_stage = stages[per_gpu.index(busiest_gpu)] if per_gpu else 0
+    per_stage = busiest_stage
     precision = f"{quant_text} for the linear layers, {dtype_bytes:g} bytes for the rest" if quant_bytes is not None \
         else f"{dtype_bytes:g} bytes per parameter"
     basis = f"{p.total / 1e9:.2f}B parameters from config.json ({_split(p)}) x {precision}"
@@ -110,24 +138,25 @@ def weights(shape: ModelShape, *, dtype_bytes: float, quant_bytes: float | None,
         scale = 1.0
         if quant_bytes is None and shape.quant is None:
             scale = dtype_bytes / shape.dtype_bytes
-        share = busiest / total if total else 1.0
+        share = busiest_gpu / total if total else 1.0
         total = shape.index_bytes * scale
-        busiest = total * share
+        busiest_gpu = total * share
         basis = (f"{shape.index_bytes:,} bytes in {shape.index_source}"
                  + (f" x {dtype_bytes:g}/{shape.dtype_bytes:g} bytes per parameter" if scale != 1 else "")
                  + f" ({p.total / 1e9:.2f}B parameters counted from config.json)")
     parts = []
     if pp > 1:
-        parts.append(f"the busiest of {pp} pipeline stages ({per_stage} layers and the "
-                     f"{'embeddings' if first >= head else 'LM head'})")
+        parts.append(f"the busiest of {pp} pipeline stages ({per_stage} layers, split as vLLM does: "
+                     f"{', '.join(map(str, pp_partitions(shape.layers, pp)))})")
     if tp > 1:
-        parts.append(f"/ {tp} tensor-parallel GPUs")
+        parts.append(f"/ {tp} tensor-parallel GPUs" + (" (MLA's latent down-projections whole on each)"
+                                                        if any(p.replicated) else ""))
     if rotary:
         parts.append(f"+ the rotary cos/sin table{'s' if shape.rotary_tables > 1 else ''} ({shape.max_position:,} "
                      f"positions x {shape.rotary_dim}{f' x {shape.rotary_tables}' if shape.rotary_tables > 1 else ''})")
     if parts:
         basis += "; " + ", ".join(parts)
-    return Weights(int(busiest / tp + rotary), int(total + rotary * tp * pp), p.total,
+    return Weights(int(busiest_gpu + rotary), int(total + rotary * tp * pp), p.total,
                    computed=shape.vision is None, basis=basis)
 
 
