@@ -18,6 +18,23 @@ MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 # A 24 GiB card with 16 GiB of weights: a 3.6 GiB KV cache (29,488 tokens) that real prompts fill.
 SMALL_CARD = ("--sim-gpu-gib", "24", "--sim-weights-gib", "16", "--max-model-len", "4096")
 START_S = 10.0
+# A V1 server's launch and its runtime OOM: an incident a recovery test runs a runbook against.
+OOM_LOG = (
+    f"(APIServer pid=4242) INFO 03-12 14:10:00 [utils.py:233] non-default args: {{'model': '{MODEL}'}}\n"
+    "(EngineCore_DP0 pid=4243) ERROR 03-12 14:17:03 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. Of the "
+    "allocated memory 75.20 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.\n"
+)
+
+
+def incident_with_runbook(tmp_path: Path, name: str, runbook: str) -> Path:
+    """TMP/INC holding OOM_LOG as logs/vllm.log, and TMP/books/NAME.yaml holding `runbook`."""
+    root = tmp_path / "INC"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "vllm.log").write_text(OOM_LOG)
+    (tmp_path / "books").mkdir()
+    (tmp_path / "books" / f"{name}.yaml").write_text(runbook)
+    return root
 
 
 def get(url: str, timeout: float = 2.0) -> int:

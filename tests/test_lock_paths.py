@@ -27,14 +27,8 @@ from triage.recovery.context import ExecOptions
 from triage.recovery.lock import BundleLock, HostLock, LockBusy
 from triage.recovery.session import execute, open_session
 
-from .simkit import MODEL
+from .simkit import incident_with_runbook
 
-OOM_LOG = (
-    f"(APIServer pid=4242) INFO 03-12 14:10:00 [utils.py:233] non-default args: {{'model': '{MODEL}'}}\n"
-    "(EngineCore_DP0 pid=4243) ERROR 03-12 14:17:03 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. "
-    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. Of the "
-    "allocated memory 75.20 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.\n"
-)
 # A runbook that changes nothing on the host: an acknowledged instruction, then a /health wait on a
 # port nobody listens on (it holds the run, and both locks, for a few seconds).
 HOLD_RUNBOOK = """
@@ -82,12 +76,7 @@ def one_line(stderr: str) -> str:
 
 @pytest.fixture
 def incident(tmp_path: Path) -> Path:
-    root = tmp_path / "INC"
-    (root / "logs").mkdir(parents=True)
-    (root / "logs" / "vllm.log").write_text(OOM_LOG)
-    (tmp_path / "books").mkdir()
-    (tmp_path / "books" / "hold.yaml").write_text(HOLD_RUNBOOK)
-    return root
+    return incident_with_runbook(tmp_path, "hold", HOLD_RUNBOOK)
 
 
 def hold_args(incident: Path) -> list[str]:

@@ -14,14 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .simkit import MODEL
+from .simkit import incident_with_runbook
 
-OOM_LOG = (
-    f"(APIServer pid=4242) INFO 03-12 14:10:00 [utils.py:233] non-default args: {{'model': '{MODEL}'}}\n"
-    "(EngineCore_DP0 pid=4243) ERROR 03-12 14:17:03 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. "
-    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free. Of the "
-    "allocated memory 75.20 GiB is allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.\n"
-)
 RUNBOOK = """
 id: gateway
 title: Shed load at the gateway, then check
@@ -57,12 +51,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def incident(tmp_path: Path) -> Path:
-    root = tmp_path / "INC"
-    (root / "logs").mkdir(parents=True)
-    (root / "logs" / "vllm.log").write_text(OOM_LOG)
-    (tmp_path / "books").mkdir()
-    (tmp_path / "books" / "gateway.yaml").write_text(RUNBOOK)
-    return root
+    return incident_with_runbook(tmp_path, "gateway", RUNBOOK)
 
 
 def run_yes(incident: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

@@ -3,7 +3,7 @@ flowchart needs to tell a start-up OOM from a runtime one, and which records are
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from ..model import Phase
 from .kinds import Kind
@@ -47,17 +47,24 @@ def advance_phase(phase: Phase, start: datetime | None, kind: Kind, fields: dict
     elif kind is Kind.STARTUP_COMPLETE:
         if phase is not Phase.SERVING:
             phase = Phase.READY
-    elif kind is Kind.REQUEST_SERVED:
-        # Inference is a POST (completions, chat, generate, embeddings) or an engine's own request
-        # record (an offline batch, a request an engine took in); a probe's GET or HEAD of / or
-        # /health shows a server that is up, not one that serves.
-        path = str(fields.get("path", ""))
-        if fields.get("status", 500) < 500 and str(fields.get("method", "POST")).upper() not in _PROBE_METHODS \
-                and not path.startswith(_NON_SERVING_PATHS):
-            phase = Phase.SERVING
-    elif kind is Kind.STATS:
-        if any((fields.get(k) or 0) > 0 for k in ("running", "prompt_tps", "generation_tps", "throughput_tps", "kv_usage", "waiting")):
+    elif kind in (Kind.REQUEST_SERVED, Kind.STATS):
+        if shows_serving(kind.value, fields):
             phase = Phase.SERVING
     elif kind in (Kind.PREEMPTION, Kind.REQUEST_FAILED):
         phase = Phase.SERVING
     return phase, start
+
+
+def shows_serving(kind: str, fields: Mapping[str, Any]) -> bool:
+    """A record that shows the server serving: an inference request answered without a server
+    error (a POST to completions, chat, generate, embeddings, or an engine's own request record such
+    as an offline batch; a probe's GET or HEAD of / or /health shows a server up, not serving), or a
+    stats line with work in it."""
+    if kind == Kind.REQUEST_SERVED.value:
+        path = str(fields.get("path", ""))
+        return fields.get("status", 500) < 500 and str(fields.get("method", "POST")).upper() not in _PROBE_METHODS \
+            and not path.startswith(_NON_SERVING_PATHS)
+    if kind == Kind.STATS.value:
+        return any((fields.get(k) or 0) > 0
+                   for k in ("running", "prompt_tps", "generation_tps", "throughput_tps", "kv_usage", "waiting"))
+    return False

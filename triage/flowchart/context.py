@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 from ..evidence.kinds import GPU_OOM_KINDS, NOT_GPU_KINDS, Kind
+from ..evidence.log_lifecycle import shows_serving
 from ..evidence.logs import BENIGN_EXCEPTIONS
 from ..evidence.signatures import literal
 from ..model import Evidence, EvidenceSet
@@ -42,20 +43,20 @@ class Context:
                          and not (e.kind == Kind.ERROR_NOT_MEMORY.value and self._served_after(e))])
 
     def _served_after(self, rec: Evidence) -> bool:
-        """The server went on answering inference (a 2xx/4xx to a POST, a busy stats line) after
-        the error: it was handled, one request's error and not the incident. Asked only of errors
-        that name no failure of their own (a line at ERROR level, an error naming another cause)."""
-        for later in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
-            if later.source != rec.source or later.seq <= rec.seq:
-                continue
-            if later.kind == Kind.REQUEST_SERVED.value:
-                status = later.fields.get("status")
-                if isinstance(status, int) and status < 500 and \
-                        str(later.fields.get("method", "POST")).upper() not in ("GET", "HEAD", "OPTIONS"):
-                    return True
-            elif any((later.fields.get(k) or 0) > 0 for k in ("running", "generation_tps", "throughput_tps")):
-                return True
-        return False
+        """The server went on serving after the error (an inference request answered, a busy stats
+        line, in the same source): it was handled, one request's error and not the incident. Asked
+        only of errors that name no failure of their own (a line at ERROR level, an error naming
+        another cause)."""
+        return self._last_serving.get(rec.source, -1) > rec.seq
+
+    @cached_property
+    def _last_serving(self) -> dict[str, int]:
+        """Per source, the order of its last record that shows the server serving."""
+        out: dict[str, int] = {}
+        for rec in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
+            if shows_serving(rec.kind, rec.fields):
+                out[rec.source] = max(out.get(rec.source, -1), rec.seq)
+        return out
 
     def _engine_teardown(self, rec: Evidence) -> bool:
         """A shell's bare "Killed" after the engine reported a failed child is the engine's own

@@ -129,8 +129,7 @@ def weights(shape: ModelShape, *, dtype_bytes: float, quant_bytes: float | None,
         per_gpu.append((stage - whole) / tp + whole)
         start += size
     busiest_gpu = max(per_gpu) if per_gpu else 0.0
-    busiest_stage = stages[per_gpu.index(busiest_gpu)] if per_gpu else 0
-    per_stage = busiest_stage
+    per_stage = stages[per_gpu.index(busiest_gpu)] if per_gpu else 0
     precision = f"{quant_text} for the linear layers, {dtype_bytes:g} bytes for the rest" if quant_bytes is not None \
         else f"{dtype_bytes:g} bytes per parameter"
     basis = f"{p.total / 1e9:.2f}B parameters from config.json ({_split(p)}) x {precision}"

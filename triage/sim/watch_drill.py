@@ -77,6 +77,7 @@ def _run(hours: float, interval_s: float, policy: Policy, step) -> DrillResult:
     and may end the run early by returning None."""
     result = DrillResult(hours)
     clock = {"t": 0.0}
+    state = {"restarted_at": 0.0}
     nvml = _Nvml()
     scrape_box: dict[str, Scrape] = {}
 
@@ -89,7 +90,6 @@ def _run(hours: float, interval_s: float, policy: Policy, step) -> DrillResult:
         state["restarted_at"] = clock["t"]
         return "restarted", f"{server.url}: drill restart (the leaked memory is given back)"
 
-    state: dict[str, float] = {"restarted_at": 0.0}
     watcher = Watcher([ServerSpec(URL, (0,))], interval_s, clock=lambda: clock["t"],
                       now=lambda: T0 + timedelta(seconds=clock["t"]), fetcher=fetcher, nvml_session=nvml)
     with tempfile.TemporaryDirectory(prefix="triage-watch-drill-") as incident:

@@ -117,7 +117,6 @@ class _State:
     since: float | None = None                         # monotonic time the precursor was first seen, in a row
     actions: deque[float] = field(default_factory=deque)
     limited_said: bool = False
-    held_s: float = 0.0                                # how long the current precursor has held (0: none)
     counts: dict[str, int] = field(default_factory=dict)
     last_action: datetime | None = None
 
@@ -158,14 +157,13 @@ class Actor:
                     out.append(Decision(reading.time, server.url, "cleared",
                                         f"{server.url}: the precursor cleared after {now - st.since:.0f} s: "
                                         "nothing done"))
-                st.since, st.limited_said, st.held_s = None, False, 0.0
+                st.since, st.limited_said = None, False
                 continue
             if st.since is None:
                 st.since = now
                 out.append(Decision(reading.time, server.url, "precursor",
                                     f"{server.url}: OOM precursor {_describe(found)}; a drained restart if it holds "
                                     f"for {self.policy.hold_s:g} s"))
-            st.held_s = now - st.since
             if now - st.since < self.policy.hold_s:
                 continue
             while st.actions and now - st.actions[0] >= self.policy.window_s:
@@ -190,7 +188,7 @@ class Actor:
                                         f"{self.policy.fleet_share:g}): nothing done"))
                 continue
             st.actions.append(now)
-            st.since, st.limited_said, st.held_s = None, False, 0.0      # a new hold starts after an action
+            st.since, st.limited_said = None, False           # a new hold starts after an action
             st.last_action = reading.time
             kind, text = self._restart(server, found)
             out.append(Decision(reading.time, server.url, kind, text))
@@ -205,7 +203,9 @@ class Actor:
 
     def snapshot(self) -> list[ServerActState]:
         with self._lock:
-            return [ServerActState(url, st.held_s, dict(st.counts), st.last_action) for url, st in self._state.items()]
+            now = self.clock()
+            return [ServerActState(url, now - st.since if st.since is not None else 0.0, dict(st.counts),
+                                   st.last_action) for url, st in self._state.items()]
 
     # -- recording ----------------------------------------------------------------------------------
     def _record(self, d: Decision) -> None:
