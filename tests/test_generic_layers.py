@@ -211,6 +211,31 @@ def test_unallocated_memory_about_the_request_size_is_not_fragmentation(tmp_path
     assert _classify(tmp_path, served + oom(1536)).oom_class.value == "chronic"
 
 
+def test_slack_far_above_a_small_request_but_under_the_floor_is_memory_in_use(tmp_path):
+    """A 16 MiB request failing beside 1 GiB reserved-but-unallocated (4% of the card, 64 times the
+    request): the slack a serving engine keeps cached, not a piece the request could have used; with
+    serving frames it is a burst, not left open as borderline."""
+    log = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 MiB (GPU 0; 23.67 GiB total "
+           "capacity; 20.76 GiB already allocated; 30.38 MiB free; 21.76 GiB reserved in total by PyTorch)\n"
+           "Traceback (most recent call last):\n"
+           '  File "/srv/webui/modules/text_generation.py", line 252, in generate_with_callback\n'
+           "    shared.model.generate(**kwargs)\n"
+           '  File "/venv/lib/python3.10/site-packages/transformers/generation/utils.py", line 1530, in generate\n'
+           "    return self.contrastive_search(\n")
+    assert _classify(tmp_path, log).oom_class.value == "burst"
+
+
+def test_a_compute_buffer_of_gigabytes_at_a_quiet_slot_is_a_spike_even_without_the_card_size(tmp_path):
+    log = ("main: server is listening on http://0.0.0.0:8008 - starting the main loop\n"
+           "slot update_slots: id  0 | task 0 | new prompt, n_ctx_slot = 32768, n_keep = 0, n_prompt_tokens = 72\n"
+           "slot update_slots: id  0 | task 0 | prompt processing progress, n_past = 72, n_tokens = 72, progress = 1.0\n"
+           "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9866.00 MiB on device 1: cudaMalloc failed: out of "
+           "memory\nggml_gallocr_reserve_n: failed to allocate CUDA1 buffer of size 10345253120\n")
+    v = _classify(tmp_path, log)
+    assert v.oom_class.value == "burst"
+    assert "9.63 GiB" in v.summary
+
+
 def test_an_oom_inside_a_javascript_clients_error_object_was_a_request(tmp_path):
     """A chat front end printing the backend's error answer as an object literal: the OOM was that
     request's, so the server was serving."""
@@ -235,3 +260,108 @@ def test_a_line_logged_at_error_level_is_a_failure_even_when_no_entry_names_it(t
     assert _classify(tmp_path, start + error).oom_class.value == "unknown"
     served = '127.0.0.1 - - [01/May/2026:10:00:09 +0000] "POST /v1/completions HTTP/1.1" 200 512\n'
     assert _classify(tmp_path, start + error + served).oom_class.value == "no_oom"
+
+
+# --- engine-independent readings added from the sixth mined batch's training half -----------------------
+
+@pytest.mark.parametrize("raw, level", [
+    ("2025-07-24 07:59:27,625 - lmdeploy - ERROR - engine.py:1135 - exception happened", "ERROR"),
+    ("ERROR:    Exception in ASGI application", "ERROR"),
+    ('time=2024-04-18T20:59:02.533-06:00 level=ERROR source=server.go:283 msg="error starting llama server"', "ERROR"),
+    ("E0510 07:57:30.770724 21661 model_instance_state.cc:840] failed", "ERROR"),
+    ("3.45.098.561 E srv  update_slots: decode() failed", "ERROR"),
+    ("[TensorRT-LLM][WARNING] a warning", "WARNING"),
+    ("hello - world - not a level", None),
+])
+def test_the_level_of_a_line_in_any_common_logger_format_is_read(raw, level):
+    assert parse_line(raw, default_reference(2026)).level == level
+
+
+# One log, the class its engine-independent reading decides (no engine's own entry reads these lines).
+READINGS = {
+    "a programming error stated as its class": (
+        "2025-07-24 07:59:27,625 - lmdeploy - ERROR - engine.py:1135 - exception happened: <class 'IndexError'> "
+        "index 17 is out of bounds for axis 0 with size 17\n", "not_gpu_oom"),
+    "an index out of range": (
+        'File "vllm/entrypoints/openai/serving_completion.py", line 591, in _create_logprobs\n'
+        "    step_top_logprobs = top_logprobs[i]\nIndexError: list index out of range\n", "not_gpu_oom"),
+    "a lost device": (
+        "radv/amdgpu: The CS has been cancelled because the context is lost.\n"
+        "3.45.098.561 E srv  update_slots: decode() failed: vk::Queue::submit: ErrorDeviceLost\n", "not_gpu_oom"),
+    "a warm-up request refused a connection": (
+        "[gpu_id=0] Memory pool end. avail mem=8.07 GB\n"
+        "Initialization failed. warmup error: HTTPConnectionPool(host='0.0.0.0', port=30000): Max retries exceeded "
+        "with url: /generate (Caused by NewConnectionError('Failed to establish a new connection: [Errno 111] "
+        "Connection refused'))\n", "not_gpu_oom"),
+    "a KV capacity shortfall wrapped over lines": (
+        "To serve at least one request with the model's max seq len (262144), 9.29 GiB KV cache is needed,\n"
+        "which is larger than the available KV cache memory (9.28 GiB). Based on the available memory, the\n"
+        "estimated maximum model length is 260800.\n", "startup"),
+    "an engine's own KV sizing lines": (
+        "[TensorRT-LLM][INFO] Memory usage when calculating max tokens in paged kv cache: total: 39.39 GiB, "
+        "available: 21.89 GiB\n[TensorRT-LLM][INFO] Number of blocks in KV cache primary pool: 631\n", "no_oom"),
+    "a segfault": ("[1]    473206 segmentation fault  ./server -m model.gguf --port 8080\n", "not_gpu_oom"),
+    "a context with no free cell for one token": (
+        "\n".join(f"update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = {n}"
+                  for n in (256, 128, 64, 32, 16, 8, 4, 2, 1))
+        + "\nupdate_slots : failed to decode the batch, n_batch = 1, ret = 1\n", "not_gpu_oom"),
+    "a context that made room by retrying smaller": (
+        "update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = 256\n"
+        "slot print_timing: id  0 | task 7 | n_decoded =    97, tg =  63.36 t/s\n", "no_oom"),
+    "a C++ logic error": (
+        "[TensorRT-LLM][ERROR] Encountered an error in forwardSync function: cannot create std::vector larger than "
+        "max_size()\n", "not_gpu_oom"),
+    "a worker's quoted error that names no memory": (
+        "(EngineCore_DP0 pid=1230010) ERROR 10-22 20:01:49 [core.py:708] RuntimeError: Worker failed with error "
+        "'cu_seqlens_q must be on CUDA', please check the stack trace above for the root cause\n", "not_gpu_oom"),
+    "host memory in plain words": (
+        "Error: not enough host memory to load the weights (needs 40 GiB, 31 GiB free)\n", "not_gpu_oom"),
+    "a share of host memory that is no failure": (
+        "WARNING 10-31 08:00:20 config.py:649] Possibly too large swap space. 32.00 GiB out of the 62.71 GiB total "
+        "CPU memory is allocated for the swap space.\nINFO 10-31 08:02:40 metrics.py:349] Avg prompt throughput: "
+        "312.5 tokens/s, Avg generation throughput: 41.0 tokens/s, Running: 2 reqs, Swapped: 0 reqs, Pending: 0 reqs, "
+        "GPU KV cache usage: 1.4%, CPU KV cache usage: 0.0%.\n", "no_oom"),
+    "a KV-cache allocation frame of any model runner": (
+        "Traceback (most recent call last):\n"
+        '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'
+        "    tensor = torch.zeros(kv_cache_tensor.size,\nRuntimeError: NPU out of memory. Tried to allocate 2.57 GiB "
+        "(NPU 0; 60.96 GiB total capacity; 57.49 GiB already allocated; 57.49 GiB current active; 1.96 GiB free; "
+        "57.62 GiB reserved in total by PyTorch)\n", "startup"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READINGS))
+def test_an_engine_independent_reading_decides_the_class(tmp_path, name):
+    log, expected = READINGS[name]
+    assert _classify(tmp_path, log).oom_class.value == expected
+
+
+def test_an_oom_of_a_process_that_held_almost_nothing_is_at_start_up(tmp_path):
+    v = _classify(tmp_path, "RuntimeError: XPU out of memory. Tried to allocate 1.02 GiB (GPU 0; 15.56 GiB total "
+                            "capacity; 0 bytes already allocated; 0 bytes reserved in total by PyTorch)\n")
+    assert v.oom_class.value == "startup"
+    assert "held" in v.path[1].why
+
+
+def test_an_oom_of_a_process_holding_its_model_is_not_called_start_up_from_its_numbers(tmp_path):
+    v = _classify(tmp_path, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total "
+                            "capacity of 79.19 GiB of which 320.00 MiB is free. Of the allocated memory 74.10 GiB is "
+                            "allocated by PyTorch, and 1.10 GiB is reserved by PyTorch but unallocated.\n")
+    assert v.oom_class.value != "startup"
+
+
+def test_a_bare_abort_shows_a_failure_not_its_kind(tmp_path):
+    # C++ runtimes abort on an out-of-memory exception as readily as on a failed check.
+    v = _classify(tmp_path, "2024-05-01 10:00:00,000 - lmdeploy - INFO - TurbomindEngineConfig(cache_max_entry_count=0.8)\n"
+                            "Aborted (core dumped)\n")
+    assert v.oom_class.value == "unknown"
+    assert v.path[0].answer == "unknown"          # a failure, but not what failed
+
+
+def test_a_ray_workers_prefix_with_its_address_is_peeled(tmp_path):
+    line = parse_line("(RayWorkerWrapper pid=67451, ip=10.0.0.2) ERROR 06-25 15:28:30 worker_base.py:148] RuntimeError: "
+                      "NCCL Error 2: unhandled system error", default_reference(2026))
+    assert (line.process, line.pid, line.level) == ("RayWorkerWrapper", 67451, "ERROR")
+    assert line.message.startswith("RuntimeError: NCCL Error 2")
+    v = _classify(tmp_path, line.message + "\n")
+    assert v.oom_class.value == "not_gpu_oom"

@@ -92,6 +92,13 @@ def test_a_version_is_sized_as_the_newest_release_read_at_or_below_it():
     assert pick("0.1.0")[0].version == releases()[0].version
 
 
+def test_a_local_build_or_pre_release_is_sized_as_its_own_release_line():
+    # '0.8.2+cu124' once read as 0.8.2124 and picked a newer release than the one running
+    assert pick("0.8.2+cu124")[0].key <= (0, 8, 2)
+    assert pick("0.8.5rc1")[0].key <= (0, 8, 5)
+    assert pick("0.9.1.dev277")[0].key == pick("0.9.1")[0].key
+
+
 def test_every_release_fact_cites_a_file_of_that_release():
     raw = yaml.safe_load(DATA.read_text())
     for item in raw["releases"]:

@@ -114,12 +114,13 @@ def test_real_fragmentation_oom_is_chronic_with_the_allocator_fix(capture):
     assert rec.setting == "PYTORCH_CUDA_ALLOC_CONF" and "expandable_segments:True" in rec.to_value
 
 
-def test_real_oom_without_lifecycle_lines_asks_for_them_instead_of_guessing(capture):
-    # A request larger than the card, and nothing saying whether the server was starting or serving.
+def test_real_oom_of_a_process_holding_almost_nothing_is_read_as_not_yet_started(capture):
+    # A request larger than the card, no lifecycle line, and the process held ~1 GiB of the card:
+    # a serving engine holds its weights and KV cache, so the failure came before it was up.
     verdict, _ = classify_paths([str(capture / "oom-simple")])
-    assert verdict.oom_class.value == "unknown"
-    assert verdict.path[0].answer == "yes"          # it is a GPU OOM, the phase is what is missing
-    assert any("before the OOM" in a for a in verdict.attach)
+    assert verdict.path[0].answer == "yes"
+    assert verdict.oom_class.value == "startup"
+    assert "held" in verdict.path[1].why and "in use by the process" in verdict.path[1].why
 
 
 def test_the_recommended_allocator_setting_prevents_the_fragmentation_oom(capture):

@@ -63,6 +63,13 @@ TABLE: dict[str, Threshold] = {
                                   "borderline_card_share of the card could have held much of the request: it does "
                                   "not rule fragmentation out, so only load evidence then makes it a burst",
                                   "rule design (probe cases with ~2 GiB unallocated against a 2 GiB request)"),
+    "borderline_max_multiple": Threshold(4.0, "times the failed request", "an in-use reading is borderline only "
+                                         "while its unallocated amount is about the request's size (up to this "
+                                         "multiple): far more than the request yet under the fragmentation floor is "
+                                         "the slack a serving engine keeps cached between steps (graph pools, "
+                                         "per-stream caches), which could never serve this request either way",
+                                         "rule design: fragmentation_min_share's slack, against borderline_share's "
+                                         "~2 GiB request beside ~2 GiB unallocated"),
     "borderline_card_share": Threshold(0.02, "share of the card", "below this share of the card, unallocated "
                                        "memory is plain allocator slack whatever the request's size",
                                        "rule design (2% of an 80 GB card is 1.6 GiB)"),
@@ -143,6 +150,18 @@ TABLE: dict[str, Threshold] = {
                                         "step's activations (many tokens at once): a spike even at a half-empty KV "
                                         "cache; a smaller one there is memory that grew another way",
                                         "rule design (a 2.3 GiB prefill activation on an 80 GB card is 2.9%)"),
+    "unloaded_allocated_share": Threshold(0.05, "share of the card", "an out-of-memory whose own process held "
+                                          "less than this of the card through PyTorch had not loaded its model or "
+                                          "sized its cache yet: a serving engine holds its weights and its "
+                                          "pre-sized KV pool (most of its budget) before the first request, so "
+                                          "the failure was in bringing the engine up (or another process held "
+                                          "the card)", "rule design from the memory model (vLLM, SGLang, TGI and "
+                                          "lmdeploy allocate weights and the KV pool at start-up)"),
+    "spike_allocation_bytes": Threshold(2 << 30, "bytes", "spike_allocation_share when the card's size is not in "
+                                        "the evidence: one serving-step allocation this large is a spike on any "
+                                        "card (many tokens' activations, a compute buffer re-reserved for a bigger "
+                                        "batch)", "rule design (1% of the largest cards: B200 and GB200 report "
+                                        "about 180 GiB)"),
     # --- runtime advice -------------------------------------------------------------------------
     "runtime_budget_margin": Threshold(0.02, "share of the card", "a budget cut for a runtime OOM takes the "
                                        "shortfall and this much more of the card: the next step's allocations "
@@ -169,6 +188,7 @@ FRAG_MIN_BYTES = int(value("fragmentation_min_bytes"))
 BORDERLINE_SHARE = value("borderline_share")
 FRAG_MIN_MULTIPLE = value("fragmentation_min_multiple")
 BORDERLINE_CARD_SHARE = value("borderline_card_share")
+BORDERLINE_MAX_MULTIPLE = value("borderline_max_multiple")
 FRAG_SHARE = value("inactive_split_share")
 LEAK_MIN_RISE = value("leak_min_rise")
 LEAK_MIN_SPAN_S = value("leak_min_span_s")
@@ -197,5 +217,7 @@ STEADY_LOAD_CV = value("steady_load_cv")
 KV_PINNED = value("kv_pinned")
 RUNTIME_BUDGET_MARGIN = value("runtime_budget_margin")
 SPIKE_ALLOCATION_SHARE = value("spike_allocation_share")
+SPIKE_ALLOCATION_BYTES = int(value("spike_allocation_bytes"))
+UNLOADED_ALLOCATED_SHARE = value("unloaded_allocated_share")
 MIN_RUNTIME_UTIL = value("min_runtime_util")
 

@@ -25,7 +25,7 @@ from ..flowchart.incident import Incident
 from ..flowchart.knowledge import prefix_cache_unjudged, prefix_caching_enabled, prefix_caching_opted_in
 from ..flowchart.phase import PhaseAnswer
 from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
-from ..thresholds import KV_BUSY, KV_HIGH, OVERSIZED_SHARE, QUIET_KV, SPIKE_ALLOCATION_SHARE
+from ..thresholds import KV_BUSY, KV_HIGH, OVERSIZED_SHARE, QUIET_KV, SPIKE_ALLOCATION_BYTES, SPIKE_ALLOCATION_SHARE
 from ..units import format_bytes
 from .base import Assessment, Branch, CauseSpec, ClassSpec, pct
 from .prefix_cache import low_hit_rate
@@ -161,9 +161,11 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         # The KV cache is allocated up front, so how full it was is not the load that ran out of
         # memory. One step's large allocation is: a serving-loop OOM of that size at a half-empty
         # cache is a spike outside the cache. A small one there is memory that grew some other way.
-        if phase.phase == "runtime" and tried and capacity and tried >= SPIKE_ALLOCATION_SHARE * capacity:
+        if phase.phase == "runtime" and tried and tried >= (SPIKE_ALLOCATION_SHARE * capacity if capacity
+                                                            else SPIKE_ALLOCATION_BYTES):
+            share = f" ({tried / capacity:.1%} of the card)" if capacity else ""
             notes.append(f"the KV cache was not the limit ({quiet}): one step's {format_bytes(tried)} allocation "
-                         f"outside it ({tried / capacity:.1%} of the card) did not fit")
+                         f"outside it{share} did not fit")
         else:
             unsure.append(f"the last stats before it show little load ({quiet})")
     if not any(c.id == LOAD_SPIKE.id for c in causes) and prefix_caching_opted_in(ctx) \

@@ -31,7 +31,7 @@ from .base import Assessment, Branch, CauseSpec, ClassSpec
 
 FRAGMENTATION = CauseSpec("allocator_fragmentation", "allocator fragmentation",
                           ("fragmentation_min_share", "fragmentation_min_bytes", "borderline_share",
-                           "borderline_card_share", "inactive_split_share"))
+                           "borderline_max_multiple", "borderline_card_share", "inactive_split_share"))
 LEAK = CauseSpec("memory_leak", "GPU memory rising with steady load, or the engine's own leak check failing",
                  ("leak_min_rise", "leak_min_span_s", "leak_monotone_share", "steady_load_cv", "long_uptime_s"))
 SPEC = ClassSpec(

@@ -58,6 +58,7 @@ class Kind(str, Enum):
     SETUP_ERROR = "setup_error"                # broken install or environment: import, driver, device, tokenizer
     SOFTWARE_FAULT = "software_fault"          # a panic, a hung process a watchdog or health check gave up on
     ERROR_NOT_MEMORY = "error_not_memory"      # an error stated in full whose words name no memory, capacity or limit
+    CONTEXT_FULL = "context_full"              # llama.cpp's context has no free KV cell for a batch even at size 1
     # --- readings ------------------------------------------------------------------------
     GPU_MEMORY = "gpu_memory"                  # per-GPU used/total (nvidia-smi, NVML, DCGM)
     GPU_PROCESS = "gpu_process"                # a process holding GPU memory
@@ -85,7 +86,7 @@ STARTUP_CHECK_KINDS = frozenset({
 NOT_GPU_KINDS = frozenset({
     Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
-    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.SOFTWARE_FAULT, Kind.ERROR_NOT_MEMORY,
+    Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.SOFTWARE_FAULT, Kind.ERROR_NOT_MEMORY, Kind.CONTEXT_FULL,
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").

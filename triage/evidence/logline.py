@@ -40,7 +40,7 @@ _ENVELOPES: tuple[re.Pattern[str], ...] = (
     re.compile(rf"^(?P<iso>{_ISO})\s+\|\s+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\|\s+[\w.:<>-]+\s+\|\s?"),
     re.compile(rf"^(?P<iso>{_ISO})\s+(?=\S)(?!(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\b)"),  # bare ISO prefix
     re.compile(r"^[\w.-]+-\d+\s+\|\s"),                                        # docker compose "vllm-1  | "
-    re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)\)\s?"),  # vLLM process prefix
+    re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)(?:,\s?ip=[\w.:-]{1,64})?\)\s?"),  # vLLM process prefix (Ray adds ", ip=")
     re.compile(r"^\[rank(?P<rank2>\d+)\]:"),                                   # torch.distributed
 )
 
@@ -69,7 +69,7 @@ _KERNEL_PREFIX = re.compile(
 _VLLM_AT = re.compile(_VLLM_PREFIX.pattern.lstrip("^"))   # the same, matched at an offset
 # Fast path: an optional vLLM process prefix directly followed by the logger prefix.
 _COMMON = re.compile(
-    r"(?:\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)\)\s?)?"
+    r"(?:\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)(?:,\s?ip=[\w.:-]{1,64})?\)\s?)?"
     r"(?=(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+\[?[\w./<>-]+\.py:\d+\]\s?)"
 )
 _SYSLOG_PREFIX = re.compile(
@@ -213,7 +213,30 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     if m and m["mon"] in _MONTHS:
         t = times.resolve(_MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
         return _line(text[m.end():], None, outer_time or t, process, pid, rank, m["prog"], "syslog")
-    return _line(text, None, outer_time, process, pid, rank, None, "plain")
+    return _line(text, _sniff_level(text), outer_time, process, pid, rank, None, "plain")
+
+
+# The level of a line in a logger format no prefix above reads, where the level sits in a place
+# every such format agrees on: Python's "asctime - name - LEVEL - msg" (lmdeploy and many
+# wrappers), "LEVEL: msg" (uvicorn, Python's basicConfig), logfmt's level=LEVEL (Go's slog, Ollama),
+# glog's leading letter ("E0510 07:57:30.770724 21661 file.cc:840]": Triton, TensorRT), llama.cpp's
+# common log ("3.45.098.561 E srv ..."), TensorRT-LLM's "[TensorRT-LLM][ERROR]" and "[TRT-LLM] [E]".
+_LEVEL_SNIFF = re.compile(
+    r"^(?:[^\n]{0,80}? - (?P<py>DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+    r"|(?P<colon>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL):\s"
+    r"|[^\n]{0,80}?\blevel=(?P<logfmt>DEBUG|INFO|WARN|WARNING|ERROR|FATAL|PANIC)\b"
+    r"|(?P<glog>[DIWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w.-]+:\d+\]"
+    r"|\d+\.\d{2}\.\d{3}\.\d{3} (?P<ggml>[DIWE]) "
+    r"|\[(?:TensorRT-LLM|TRT-LLM)\]\s?\[(?P<trt>ERROR|WARNING|INFO|DEBUG|E|W|I|D)\])")
+_LETTER_LEVELS = {"D": "DEBUG", "I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL", "PANIC": "FATAL"}
+
+
+def _sniff_level(text: str) -> str | None:
+    m = _LEVEL_SNIFF.match(text)
+    if m is None:
+        return None
+    level = next(v for v in m.groups() if v)
+    return _LETTER_LEVELS.get(level, level)
 
 
 # IPython / Jupyter tracebacks spell a frame "File /path/mod.py:214, in Class.method(args)", and a

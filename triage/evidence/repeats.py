@@ -73,7 +73,11 @@ _VARYING = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F-]{8,}|\d+")
 
 
 def family(kind: Kind, fields: dict, text: str) -> str | None:
-    """The family a record of `kind` repeats in, or None when such records are each kept."""
+    """The family a record of `kind` repeats in, or None when such records are each kept. An error
+    line no entry explains (logged at an error level) repeats with its wording: a server logging
+    the same unexplained error for every request is one failure, many times."""
+    if kind is Kind.EXCEPTION and fields.get("type") is None and fields.get("level"):
+        return f"error-line:{_VARYING.sub('#', text[:160])}"
     if kind not in _REPEATED_KINDS:
         return None
     if kind is Kind.PREEMPTION:

@@ -31,6 +31,10 @@ class Signature:
     extract: Extractor | None = None
     final: bool = False              # stop matching further signatures after this one
     id: str = ""
+    # An entry of the engine-independent layer (`generic-*`): it adds coverage where no engine's own
+    # entry read the line, never a second reading of a line one did.
+    generic: bool = False
+    engine_specific: bool = False    # written for one engine (not `any`)
 
     @property
     def pattern(self) -> re.Pattern[str]:
@@ -47,9 +51,13 @@ def _compiled(regex: str) -> re.Pattern[str]:
     return pat
 
 
+GENERIC_PREFIX = "generic-"
+
+
 def load_signatures() -> tuple[Signature, ...]:
     """The data file's entries as Signatures, in priority order."""
-    return tuple(Signature(Kind(e.kind), e.guards, e.pattern, sigdata.matcher(e, EXTRACTORS), e.final, e.id)
+    return tuple(Signature(Kind(e.kind), e.guards, e.pattern, sigdata.matcher(e, EXTRACTORS), e.final, e.id,
+                           e.id.startswith(GENERIC_PREFIX), e.engine != "any")
                  for e in sigdata.entries())
 
 
@@ -101,9 +109,10 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
         return []
     out: list[tuple[Kind, Fields]] = []
     seen: set[Kind] = set()
+    specific = False
     for i in candidates:
         sig = SIGNATURES[i]
-        if sig.kind in seen:
+        if sig.kind in seen or (sig.generic and specific):
             continue
         m = sig.pattern.search(msg)
         if not m:
@@ -113,6 +122,7 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
             continue
         out.append((sig.kind, fields))
         seen.add(sig.kind)
+        specific = specific or sig.engine_specific
         if sig.final:
             break
     # One failure line is one failure: the specific start-up checks and the allocator message

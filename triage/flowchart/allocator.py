@@ -10,10 +10,11 @@ is judged against the card and the failed request, and always lands on one side:
 - in use: anything less. The memory was held by live tensors (weights, KV cache, activations);
   what was left over is ordinary allocator slack.
 
-An "in use" reading is *borderline* when the unallocated amount is at least BORDERLINE_SHARE of
-the failed request and at least BORDERLINE_CARD_SHARE of the card (a GiB when the card is
-unknown), while below the fragmentation floor: had it been one piece, it would have held much of
-the request. Such a reading does not rule
+An "in use" reading is *borderline* when the unallocated amount is about the failed request's size
+(from BORDERLINE_SHARE of it up to BORDERLINE_MAX_MULTIPLE times it) and at least
+BORDERLINE_CARD_SHARE of the card (a GiB when the card is unknown), while below the fragmentation
+floor: had it been one piece, it would have held much of the request. Far more than the request
+but under the floor is the slack a serving engine keeps cached, not a sign. Such a reading does not rule
 fragmentation out, so it cannot by itself make a runtime OOM a burst: load evidence must.
 
 The footer "If reserved but unallocated memory is large ..." is printed with every message and
@@ -24,7 +25,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..model import Evidence
-from ..thresholds import BORDERLINE_CARD_SHARE, BORDERLINE_SHARE, FRAG_MIN_BYTES, FRAG_MIN_MULTIPLE, FRAG_MIN_SHARE
+from ..thresholds import (BORDERLINE_CARD_SHARE, BORDERLINE_MAX_MULTIPLE, BORDERLINE_SHARE, FRAG_MIN_BYTES,
+                          FRAG_MIN_MULTIPLE, FRAG_MIN_SHARE)
 from ..units import format_bytes
 
 
@@ -43,7 +45,7 @@ class AllocatorReading(NamedTuple):
     def borderline(self) -> bool:
         card_floor = BORDERLINE_CARD_SHARE * self.capacity if self.capacity else FRAG_MIN_BYTES
         return (not self.fragmented and self.unallocated >= card_floor
-                and self.unallocated >= BORDERLINE_SHARE * self.tried)
+                and BORDERLINE_SHARE * self.tried <= self.unallocated <= BORDERLINE_MAX_MULTIPLE * self.tried)
 
     @property
     def ratio(self) -> float | None:

@@ -21,7 +21,8 @@ class FrameDataError(ValueError):
 class FrameVocabulary(NamedTuple):
     startup: frozenset[str]                  # every start-up group together
     groups: dict[str, frozenset[str]]        # the start-up groups by name
-    startup_substrings: tuple[str, ...]      # case-insensitive parts of start-up function names
+    startup_substrings: tuple[str, ...]      # case-insensitive parts of weight-loading function names
+    kv_cache_substrings: tuple[str, ...]     # case-insensitive parts of KV-cache allocation function names
     startup_paths: tuple[str, ...]
     constructors_under: tuple[str, ...]
     constructor_files: tuple[str, ...]
@@ -31,7 +32,8 @@ class FrameVocabulary(NamedTuple):
 
     def is_startup(self, frame: Frame) -> bool:
         path, func = str(frame[0]).replace("\\", "/"), frame[2]
-        if func in self.startup or any(s in func.lower() for s in self.startup_substrings):
+        lowered = func.lower()
+        if func in self.startup or any(s in lowered for s in self.startup_substrings + self.kv_cache_substrings):
             return True
         if path.endswith(self.startup_paths):
             return True
@@ -62,6 +64,7 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
         vocabulary = FrameVocabulary(
             startup=frozenset().union(*groups.values()), groups=groups,
             startup_substrings=tuple(s.lower() for s in start.get("function_substrings") or ()),
+            kv_cache_substrings=tuple(s.lower() for s in start.get("kv_cache_substrings") or ()),
             startup_paths=tuple(start.get("paths") or ()), constructors_under=tuple(start["constructors_under"]),
             constructor_files=tuple(start["constructor_files"]), idle_marker=str(idle["marker"]),
             idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]))

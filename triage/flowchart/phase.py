@@ -16,7 +16,8 @@ from typing import NamedTuple, Sequence
 from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
 from ..evidence.logs import short_path
 from ..model import Evidence
-from ..thresholds import SAME_FAILURE_LINES
+from ..thresholds import SAME_FAILURE_LINES, UNLOADED_ALLOCATED_SHARE
+from ..units import format_bytes
 from . import confidence as conf
 from .context import Context
 
@@ -126,6 +127,10 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         return PhaseAnswer("runtime", f"the API answered inference requests with server errors beside the failure "
                                       f"({answered.where}): it failed while serving them", conf.MEDIUM_HIGH, [answered],
                            _uptime(anchor), request_work=True)
+
+    unloaded = _held_almost_nothing(anchor)
+    if unloaded is not None:
+        return PhaseAnswer("startup", unloaded, conf.MEDIUM_HIGH, [anchor])
 
     dead = ctx.ev.of(Kind.ENGINE_DEAD, Kind.REQUEST_FAILED)
     failed = ctx.ev.of(Kind.ENGINE_START_FAILED)
@@ -251,6 +256,24 @@ def _served_elsewhere(ctx: Context, anchor: Evidence) -> Evidence | None:
             continue           # an error answer shows a server up, not one serving
         return rec
     return None
+
+
+def _held_almost_nothing(anchor: Evidence) -> str | None:
+    """Why the failing process had not brought its engine up yet: the allocator's own message shows
+    it held almost nothing of the card, where a serving engine holds its weights and its pre-sized KV
+    pool. The process's whole use ("this process has X memory in use", non-PyTorch memory included)
+    is read where the message gives it: an engine whose weights live outside PyTorch's allocator
+    holds them all the same. None when the message does not say, or says otherwise."""
+    total = anchor.fields.get("capacity_bytes")
+    held, what = anchor.fields.get("self_bytes"), "in use by the process"
+    if not isinstance(held, (int, float)):
+        held, what = anchor.fields.get("allocated_bytes"), "allocated through PyTorch"
+    if not (isinstance(held, (int, float)) and isinstance(total, (int, float)) and total > 0):
+        return None
+    if held >= UNLOADED_ALLOCATED_SHARE * total:
+        return None
+    return (f"the failing process held {format_bytes(held)} of the {format_bytes(total)} card ({what}, "
+            f"{anchor.where}): a serving engine holds its weights and KV cache, so it had not finished starting")
 
 
 def _uptime(anchor: Evidence) -> float | None:

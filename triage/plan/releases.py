@@ -4,6 +4,8 @@ A requested version is sized as the newest release of the table at or below it, 
 release the table has not read; the chosen release is part of every plan's output."""
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -60,13 +62,14 @@ class ReleaseDataError(ValueError):
 
 
 def version_key(text: str) -> tuple[int, ...]:
-    """'0.8.5.post1' -> (0, 8, 5); TriageError when it is not a version."""
+    """'0.8.5.post1' -> (0, 8, 5), '0.8.2+cu124' -> (0, 8, 2), '0.8.5rc1' -> (0, 8, 5); TriageError when it
+    is not a version. A local build's `+...` and a pre-release suffix are not part of the release."""
     parts = []
-    for piece in str(text).strip().lstrip("vV").split("."):
-        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
+    for piece in str(text).strip().lstrip("vV").split("+")[0].split("."):
+        digits = re.match(r"\d{1,6}", piece)
         if not digits:
             break
-        parts.append(int(digits[:6]))
+        parts.append(int(digits.group()))
     if not parts:
         raise TriageError(f"--engine-version {text!r}: not a version (e.g. 0.11.0)")
     return tuple(parts + [0] * (3 - len(parts)))[:4]
