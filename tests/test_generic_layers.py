@@ -321,6 +321,26 @@ READINGS = {
         "CPU memory is allocated for the swap space.\nINFO 10-31 08:02:40 metrics.py:349] Avg prompt throughput: "
         "312.5 tokens/s, Avg generation throughput: 41.0 tokens/s, Running: 2 reqs, Swapped: 0 reqs, Pending: 0 reqs, "
         "GPU KV cache usage: 1.4%, CPU KV cache usage: 0.0%.\n", "no_oom"),
+    "free memory below the budget at start-up": (
+        "ValueError: Free memory on device cuda:0 (57.38/124.0 GiB) on startup is less than desired GPU memory "
+        "utilization (0.8, 99.2 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n",
+        "startup"),
+    "a negative KV cache after the weights": (
+        "Loading model weights took 27.5376 GB\nAvailable KV cache memory: -0.87 GiB\n", "startup"),
+    "an accelerator runtime error that is not memory": (
+        "RuntimeError: ACL stream synchronize failed, error code:507035\n", "not_gpu_oom"),
+    "a HIP error that is not memory": (
+        "RuntimeError: HIP error: operation not permitted on an event last recorded in a capturing stream\n",
+        "not_gpu_oom"),
+    "a missed heartbeat": (
+        "vllm.engine.multiprocessing.MQEngineDeadError: Engine loop is not running. Inspect the stacktrace to find the "
+        "original error: TimeoutError('No heartbeat received from MQLLMEngine').\n", "not_gpu_oom"),
+    "an OOM the engine loop died of": (
+        "ERROR 03-26 01:39:58 [serving_chat.py:677] vllm.engine.multiprocessing.MQEngineDeadError: Engine loop is not "
+        "running. Inspect the stacktrace to find the original error: OutOfMemoryError('CUDA out of memory. Tried to "
+        "allocate 128.00 MiB. GPU 0 has a total capacity of 79.33 GiB of which 16.00 MiB is free. Process 36891 has "
+        "79.29 GiB memory in use. Of the allocated memory 69.59 GiB is allocated by PyTorch, and 118.89 MiB is reserved "
+        "by PyTorch but unallocated.').\n", "burst"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'

@@ -20,7 +20,7 @@ from functools import lru_cache
 from . import sigdata
 from .extractors import (EXTRACTORS, Extractor, Fields, _int, argv_to_args,  # noqa: F401 (re-exported)
                          literal, parse_config_pairs)
-from .kinds import Kind
+from .kinds import GPU_OOM_KINDS, HEALTHY_KINDS, NOT_GPU_KINDS, Kind
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,20 @@ def _candidates(msg: str) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
+def _family(kind: Kind) -> str:
+    """What a reading says of the line: a GPU memory exhaustion, a look-alike, normal work, or its
+    own kind. A generic entry adds nothing to a line an engine's entry read the same way (a second
+    reading of one start-up check), but may name what a wrapper line carries (an engine that died
+    of a missed heartbeat)."""
+    if kind in GPU_OOM_KINDS:
+        return "gpu_oom"
+    if kind in NOT_GPU_KINDS:
+        return "not_gpu"
+    if kind in HEALTHY_KINDS:
+        return "healthy"
+    return kind.value
+
+
 def match_message(msg: str) -> list[tuple[Kind, Fields]]:
     """Every signature the message matches, most specific first."""
     candidates = _candidates(msg)
@@ -109,10 +123,10 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
         return []
     out: list[tuple[Kind, Fields]] = []
     seen: set[Kind] = set()
-    specific = False
+    read: set[str] = set()             # the families an engine's own entry already read the line as
     for i in candidates:
         sig = SIGNATURES[i]
-        if sig.kind in seen or (sig.generic and specific):
+        if sig.kind in seen or (sig.generic and _family(sig.kind) in read):
             continue
         m = sig.pattern.search(msg)
         if not m:
@@ -122,7 +136,8 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
             continue
         out.append((sig.kind, fields))
         seen.add(sig.kind)
-        specific = specific or sig.engine_specific
+        if sig.engine_specific:
+            read.add(_family(sig.kind))
         if sig.final:
             break
     # One failure line is one failure: the specific start-up checks and the allocator message

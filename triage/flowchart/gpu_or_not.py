@@ -160,7 +160,7 @@ _LABELS = {
     "kv_pool_oom": "the KV token pool could not fit the batch",
     "pool_leak": "the engine's own KV-pool leak check failed",
     "preemption": "the engine retracted requests: its KV pool ran out of memory",
-    "software_fault": "a software fault (a panic, or a process a watchdog or health check gave up on)",
+    "software_fault": "a software fault (a panic, a hang a watchdog or health check gave up on, a fixed buffer overflowing)",
     "host_oom_kill": "the kernel OOM killer killed a process (host RAM)",
     "oom_killed": "the container was OOMKilled (host RAM limit, exit 137)",
     "child_killed": "an engine/worker process was killed by SIGKILL (-9)",
