@@ -341,6 +341,14 @@ READINGS = {
         "allocate 128.00 MiB. GPU 0 has a total capacity of 79.33 GiB of which 16.00 MiB is free. Process 36891 has "
         "79.29 GiB memory in use. Of the allocated memory 69.59 GiB is allocated by PyTorch, and 118.89 MiB is reserved "
         "by PyTorch but unallocated.').\n", "burst"),
+    "a pool accounting check that failed": (
+        "AssertionError: Mem Leak Detected! total_tokens=1029056 vs self.max_total_num_tokens=1029120\n", "prefix_cache"),
+    "a scheduler's batch lines with requests running": (
+        "[2025-03-09 11:42:35 TP0] Decode batch. #running-req: 1, #token: 2855, token usage: 0.03, gen throughput "
+        "(token/s): 46.34, largest-len: 0, #queue-req: 0,\n", "no_oom"),
+    "a KV cache too small for one sequence, in a C++ runtime's words": (
+        "[TensorRT-LLM][ERROR] maxTokensInPagedKvCache must be large enough to process at least 1 sequence to "
+        "completion (i.e. must be larger than beam_width * tokensPerBlock * maxBlocksPerSeq)\n", "startup"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'
