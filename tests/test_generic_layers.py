@@ -349,6 +349,15 @@ READINGS = {
     "a KV cache too small for one sequence, in a C++ runtime's words": (
         "[TensorRT-LLM][ERROR] maxTokensInPagedKvCache must be large enough to process at least 1 sequence to "
         "completion (i.e. must be larger than beam_width * tokensPerBlock * maxBlocksPerSeq)\n", "startup"),
+    "an OOM while a web framework dispatched a request": (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/starlette/routing.py", line 74, in app\n'
+        "    response = await func(request)\n"
+        '  File "/srv/app/server.py", line 88, in complete\n'
+        "    out = model(**batch)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.19 "
+        "GiB of which 1.10 GiB is free. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 310.00 MiB is "
+        "reserved by PyTorch but unallocated.\n", "burst"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'

@@ -29,6 +29,10 @@ class FrameVocabulary(NamedTuple):
     idle_marker: str
     idle_not_startup: frozenset[str]
     runtime: frozenset[str]
+    request_paths: tuple[str, ...] = ()    # files of HTTP/RPC request dispatch: a request was being answered
+
+    def handles_request(self, frame: Frame) -> bool:
+        return str(frame[0]).replace("\\", "/").endswith(self.request_paths)
 
     def is_startup(self, frame: Frame) -> bool:
         path, func = str(frame[0]).replace("\\", "/"), frame[2]
@@ -67,7 +71,8 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             kv_cache_substrings=tuple(s.lower() for s in start.get("kv_cache_substrings") or ()),
             startup_paths=tuple(start.get("paths") or ()), constructors_under=tuple(start["constructors_under"]),
             constructor_files=tuple(start["constructor_files"]), idle_marker=str(idle["marker"]),
-            idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]))
+            idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]),
+            request_paths=tuple(run.get("request_paths") or ()))
     except (KeyError, TypeError, AttributeError) as exc:
         raise FrameDataError(f"{name}: missing or malformed {exc}") from None
     seen: dict[str, str] = {}

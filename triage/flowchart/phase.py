@@ -85,6 +85,8 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         return PhaseAnswer("startup", f"the excerpt's stack stops at a call of {name}, a start-up function "
                                       "(its own frames are cut off)", conf.FAIRLY_HIGH, [tb])
     run_frames = [f for f in stack if f[2] in vocab.runtime]
+    if not run_frames and ctx.engine not in _LOAD_ON_REQUEST:
+        run_frames = [f for f in stack if vocab.handles_request(f)]
     if run_frames:
         f = run_frames[0]
         where = "a serving-loop method" if f[0] == "<worker method>" else short_path(f[0])
