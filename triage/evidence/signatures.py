@@ -32,7 +32,7 @@ class Signature:
     final: bool = False              # stop matching further signatures after this one
     id: str = ""
     # An entry of the engine-independent layer (`generic-*`): it adds coverage where no engine's own
-    # entry read the line, never a second reading of a line one did.
+    # entry read the line, never a second reading of a line one read the same way (_family).
     generic: bool = False
     engine_specific: bool = False    # written for one engine (not `any`)
 
