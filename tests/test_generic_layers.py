@@ -358,6 +358,11 @@ READINGS = {
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.19 "
         "GiB of which 1.10 GiB is free. Of the allocated memory 74.10 GiB is allocated by PyTorch, and 310.00 MiB is "
         "reserved by PyTorch but unallocated.\n", "burst"),
+    "a scheduler's retraction that is the last thing it logged": (
+        "[2025-01-12 11:34:41 TP0] Decode batch. #running-req: 2, #token: 307801, token usage: 1.00, gen throughput "
+        "(token/s): 10.93, #queue-req: 0\n"
+        "[2025-01-12 11:34:44 TP0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> "
+        "0.9446\n", "burst"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'
