@@ -32,33 +32,6 @@ def test_worker_method_names_the_startup_phase(tmp_path):
     assert "load_model" in v.path[1].why
 
 
-def test_loader_thread_target_names_the_startup_phase(tmp_path):
-    v = _classify(tmp_path, "Exception in thread Thread-3 (_create_weight_func):\n"
-                            "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
-                            "/lmdeploy/src/turbomind/core/allocator.cc:50\n")
-    assert v.oom_class.value == "startup"
-
-
-def test_prompt_in_progress_on_the_failing_line_is_serving(tmp_path):
-    v = _classify(tmp_path, "Processing Prompt [BLAS] (3584 / 5525 tokens)CUDA error: out of memory\n")
-    assert v.oom_class.value == "burst"
-
-
-def test_an_error_no_signature_explains_is_not_healthy(tmp_path):
-    v = _classify(tmp_path, "time=2025-01-01T00:00:00.000Z level=INFO source=server.go:1 msg=\"starting llama server\"\n"
-                            "time=2025-01-01T00:00:01.000Z level=ERROR source=server.go:2 msg=\"post predict\" "
-                            "error=\"EOF\"\n")
-    assert v.oom_class.value == "unknown"
-
-
-def test_preemption_alone_is_back_pressure_not_a_failure(tmp_path):
-    v = _classify(tmp_path, "WARNING 05-01 10:00:00 scheduler.py:1089] Sequence group 264 is preempted by "
-                            "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
-                            "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
-                            "provide more KV cache memory. total_num_cumulative_preemption=1\n")
-    assert v.oom_class.value == "no_oom"
-
-
 @pytest.mark.parametrize("log", [
     "(raylet) Memory on the node (IP: 10.0.0.1, ID: 9af1) where the task (actor ID: 1, name=RayWorkerWrapper.__init__, "
     "pid=77, memory used=80.1GB) was running was 240.32GB / 251.50GB (0.955), which exceeds the memory usage thre\n"
@@ -85,28 +58,11 @@ def test_ipython_frames_read_as_interpreter_frames():
     assert line.message == 'File "/opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py", line 214, in __init__'
 
 
-def test_notebook_traceback_in_the_engine_constructor_is_startup(tmp_path):
-    v = _classify(tmp_path, "OutOfMemoryError                          Traceback (most recent call last)\n"
-                            "Cell In[2], line 1\n----> 1 llm = LLM(model=\"m\")\n\n"
-                            "File /opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py:214, in LLM.__init__(self, model)\n"
-                            "    189     raise TypeError(\n")
-    assert v.oom_class.value == "startup"
-
-
 def test_pipe_separated_python_logging_prefix_is_peeled():
     line = parse_line('2024-03-20 19:18:27 | ERROR | stderr |   File "/srv/worker.py", line 290, in <module>',
                       default_reference(2026))
     assert line.message.strip() == 'File "/srv/worker.py", line 290, in <module>'
     assert line.indented
-
-
-def test_cut_stack_calling_a_startup_function_is_startup(tmp_path):
-    v = _classify(tmp_path, "INFO 03-20 19:18:27 llm_engine.py:322] # GPU blocks: 1842, # CPU blocks: 655\n"
-                            "Traceback (most recent call last):\n"
-                            '  File "/srv/worker.py", line 290, in <module>\n'
-                            "    engine = AsyncLLMEngine.from_engine_args(engine_args)\n"
-                            "CUDA out of memory. Tried to allocate 2.00 GiB\n")
-    assert v.oom_class.value == "startup"
 
 
 def test_oom_returned_in_an_api_error_body_is_serving(tmp_path):
@@ -115,20 +71,6 @@ def test_oom_returned_in_an_api_error_body_is_serving(tmp_path):
                             "allocated; 13.69 MiB free; 30.87 GiB reserved in total by PyTorch)', 'code': 50001}\n")
     assert v.oom_class.value == "burst"
     assert "API error" in v.path[1].why
-
-
-def test_failed_generation_step_is_serving(tmp_path):
-    v = _classify(tmp_path, "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n"
-                            "llama_decode: failed to decode, ret = -3\n\n"
-                            "Failed to predict at 43! Check your context buffer sizes!\n")
-    assert v.oom_class.value == "burst"
-
-
-def test_named_loader_function_in_an_error_is_startup(tmp_path):
-    v = _classify(tmp_path, "[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E] Error executing load_single_module with args "
-                            "('model.layers.9.mlp.gate_up_proj', Linear()): CUDA out of memory. Tried to allocate 40.00 MiB. "
-                            "GPU 0 has a total capacity of 22.07 GiB of which 20.62 MiB is free.\n")
-    assert v.oom_class.value == "startup"
 
 
 @pytest.mark.parametrize("log", [
@@ -146,19 +88,6 @@ def test_more_look_alike_families(tmp_path, log):
     assert _classify(tmp_path, log).oom_class.value == "not_gpu_oom"
 
 
-def test_configuration_lines_alone_are_not_a_healthy_server(tmp_path):
-    v = _classify(tmp_path, "INFO 06-28 23:40:03 api_server.py:206] vLLM API server version 0.5.0.post1\n"
-                            "INFO 06-28 23:40:03 llm_engine.py:164] Initializing an LLM engine (v0.5.0.post1) with "
-                            "config: model='m', tokenizer='m', max_seq_len=131072\n")
-    assert v.oom_class.value == "unknown"
-
-
-def test_engine_memory_estimate_is_startup_progress(tmp_path):
-    v = _classify(tmp_path, "[2024-03-25 15:35:00] INFO engine.py:243: Estimated total single GPU memory usage: "
-                            "14361.14 MB (Parameters: 3615.13 MB. KVCache: 10689.56 MB. Temporary buffer: 56.44 MB)\n")
-    assert v.oom_class.value == "no_oom"
-
-
 # --- a server no signature knows ("myserve"), and shapes the engines' own entries do not cover -----
 
 def test_an_unknown_server_failing_while_it_loads_is_a_startup_oom(tmp_path):
@@ -166,14 +95,6 @@ def test_an_unknown_server_failing_while_it_loads_is_a_startup_oom(tmp_path):
                           "2026-05-01 10:00:09 INFO myserve: KV buffer size = 12288.00 MiB\n"
                           "2026-05-01 10:00:10 ERROR myserve: RuntimeError: Failed to initialize the engine: out of memory")
     assert v.oom_class.value == "startup" and v.confidence >= 0.8
-
-
-def test_an_unknown_server_failing_after_it_served_is_not_a_startup_oom(tmp_path):
-    v = _classify(tmp_path, "2026-05-01 10:00:00 INFO myserve: server is listening on http://0.0.0.0:9000\n"
-                          "2026-05-01 10:01:00 INFO myserve: request 17 done, generation speed: 41.2 tok/s\n"
-                          "2026-05-01 10:02:00 ERROR myserve: Exception while processing request 4f2a: insufficient GPU "
-                          "memory for the batch")
-    assert v.oom_class.value == "burst"
 
 
 def test_a_flattened_traceback_is_read_frame_by_frame(tmp_path):
@@ -236,22 +157,6 @@ def test_a_compute_buffer_of_gigabytes_at_a_quiet_slot_is_a_spike_even_without_t
     assert "9.63 GiB" in v.summary
 
 
-def test_an_oom_inside_a_javascript_clients_error_object_was_a_request(tmp_path):
-    """A chat front end printing the backend's error answer as an object literal: the OOM was that
-    request's, so the server was serving."""
-    v = _classify(tmp_path, "{\n    msg: 'ran out of memory: CUDA out of memory. Tried to allocate 26.00 MiB (GPU 0; 14.76 GiB "
-                            "total capacity; 13.65 GiB already allocated; 9.88 MiB free; 13.85 GiB reserved in total by "
-                            "PyTorch)',\n    type: 'out_of_memory.gpu.cuda'\n}")
-    assert v.oom_class.value == "burst"
-
-
-def test_a_generation_summary_with_no_tokens_is_the_request_that_failed(tmp_path):
-    v = _classify(tmp_path, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 8.00 GiB "
-                            "total capacity; 6.50 GiB already allocated; 0 bytes free; 6.60 GiB reserved in total by "
-                            "PyTorch)\nOutput generated in 1.20 seconds (0.00 tokens/s, 0 tokens, context 3100, seed 7)")
-    assert v.oom_class.value == "burst"
-
-
 def test_a_line_logged_at_error_level_is_a_failure_even_when_no_entry_names_it(tmp_path):
     """Start-up progress then an error no entry knows: never an all-clear; the same error followed by
     requests served was handled (one request's), and the server is healthy."""
@@ -279,6 +184,62 @@ def test_the_level_of_a_line_in_any_common_logger_format_is_read(raw, level):
 
 # One log, the class its engine-independent reading decides (no engine's own entry reads these lines).
 READINGS = {
+    "loader thread target names the startup phase": (
+        "Exception in thread Thread-3 (_create_weight_func):\n"
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory "
+        "/lmdeploy/src/turbomind/core/allocator.cc:50\n", "startup"),
+    "prompt in progress on the failing line is serving": (
+        "Processing Prompt [BLAS] (3584 / 5525 tokens)CUDA error: out of memory\n", "burst"),
+    "an error no signature explains is not healthy": (
+        "time=2025-01-01T00:00:00.000Z level=INFO source=server.go:1 msg=\"starting llama server\"\n"
+        "time=2025-01-01T00:00:01.000Z level=ERROR source=server.go:2 msg=\"post predict\" "
+        "error=\"EOF\"\n", "unknown"),
+    "preemption alone is back pressure not a failure": (
+        "WARNING 05-01 10:00:00 scheduler.py:1089] Sequence group 264 is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
+        "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
+        "provide more KV cache memory. total_num_cumulative_preemption=1\n", "no_oom"),
+    "notebook traceback in the engine constructor is startup": (
+        "OutOfMemoryError                          Traceback (most recent call last)\n"
+        "Cell In[2], line 1\n----> 1 llm = LLM(model=\"m\")\n\n"
+        "File /opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py:214, in LLM.__init__(self, model)\n"
+        "    189     raise TypeError(\n", "startup"),
+    "cut stack calling a startup function is startup": (
+        "INFO 03-20 19:18:27 llm_engine.py:322] # GPU blocks: 1842, # CPU blocks: 655\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/worker.py", line 290, in <module>\n'
+        "    engine = AsyncLLMEngine.from_engine_args(engine_args)\n"
+        "CUDA out of memory. Tried to allocate 2.00 GiB\n", "startup"),
+    "failed generation step is serving": (
+        "error: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)\n"
+        "llama_decode: failed to decode, ret = -3\n\n"
+        "Failed to predict at 43! Check your context buffer sizes!\n", "burst"),
+    "named loader function in an error is startup": (
+        "[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E] Error executing load_single_module with args "
+        "('model.layers.9.mlp.gate_up_proj', Linear()): CUDA out of memory. Tried to allocate 40.00 MiB. "
+        "GPU 0 has a total capacity of 22.07 GiB of which 20.62 MiB is free.\n", "startup"),
+    "configuration lines alone are not a healthy server": (
+        "INFO 06-28 23:40:03 api_server.py:206] vLLM API server version 0.5.0.post1\n"
+        "INFO 06-28 23:40:03 llm_engine.py:164] Initializing an LLM engine (v0.5.0.post1) with "
+        "config: model='m', tokenizer='m', max_seq_len=131072\n", "unknown"),
+    "engine memory estimate is startup progress": (
+        "[2024-03-25 15:35:00] INFO engine.py:243: Estimated total single GPU memory usage: "
+        "14361.14 MB (Parameters: 3615.13 MB. KVCache: 10689.56 MB. Temporary buffer: 56.44 MB)\n", "no_oom"),
+    "an unknown server failing after it served is not a startup oom": (
+        "2026-05-01 10:00:00 INFO myserve: server is listening on http://0.0.0.0:9000\n"
+        "2026-05-01 10:01:00 INFO myserve: request 17 done, generation speed: 41.2 tok/s\n"
+        "2026-05-01 10:02:00 ERROR myserve: Exception while processing request 4f2a: insufficient GPU "
+        "memory for the batch", "burst"),
+    # A chat front end printing the backend's error answer as an object literal: the OOM was that
+    # request's, so the server was serving.
+    "an oom inside a javascript clients error object was a request": (
+        "{\n    msg: 'ran out of memory: CUDA out of memory. Tried to allocate 26.00 MiB (GPU 0; 14.76 GiB "
+        "total capacity; 13.65 GiB already allocated; 9.88 MiB free; 13.85 GiB reserved in total by "
+        "PyTorch)',\n    type: 'out_of_memory.gpu.cuda'\n}", "burst"),
+    "a generation summary with no tokens is the request that failed": (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB (GPU 0; 8.00 GiB "
+        "total capacity; 6.50 GiB already allocated; 0 bytes free; 6.60 GiB reserved in total by "
+        "PyTorch)\nOutput generated in 1.20 seconds (0.00 tokens/s, 0 tokens, context 3100, seed 7)", "burst"),
     "a programming error stated as its class": (
         "2025-07-24 07:59:27,625 - lmdeploy - ERROR - engine.py:1135 - exception happened: <class 'IndexError'> "
         "index 17 is out of bounds for axis 0 with size 17\n", "not_gpu_oom"),

@@ -175,28 +175,20 @@ def test_anchors_stored_by_other_code_are_derived_afresh(monkeypatch: pytest.Mon
         prefilter.anchors.cache_clear()
 
 
-def test_a_busy_healthy_servers_chatter_reaches_few_of_the_readers():
+def test_a_busy_healthy_servers_chatter_reaches_few_of_the_readers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bulk prefilter hands Python only lines that can matter: on a generated V1 server at DEBUG
     level and an SGLang server's batch lines (the benchmarks' own shapes), the literals every line is
-    read for pick under 2% of them (with the start-up lines and the failure at the end). An anchor as common as a logger's file name (`kv_cache_utils.py`)
-    or a per-batch flag (`cuda graph: True`) would send every line to the readers again."""
-    import importlib.util
-    import tempfile
+    read for pick under 2% of them (with the start-up lines and the failure at the end). An anchor as
+    common as a logger's file name (`kv_cache_utils.py`) or a per-batch flag (`cuda graph: True`)
+    would send every line to the readers again."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))     # gen_shapes imports gen_log beside it
+    import gen_shapes
 
-    spec = importlib.util.spec_from_file_location("gen_shapes", ROOT / "benchmarks" / "gen_shapes.py")
-    gen = importlib.util.module_from_spec(spec)
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec.loader.exec_module(gen)
-        feed = anchors().feed
-        with tempfile.TemporaryDirectory() as tmp:
-            for shape in ("vllm-debug", "sglang"):
-                out = Path(tmp) / f"{shape}.log"
-                gen.generate(out, 4_000_000, 0, shape)
-                lines = out.read_text(encoding="utf-8", errors="replace").splitlines()
-                picked = sum(1 for line in lines if any(a in line for a in feed))
-                assert len(lines) > 5_000
-                assert picked / len(lines) < 0.02, (shape, picked, len(lines))
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    feed = anchors().feed
+    for shape in ("vllm-debug", "sglang"):
+        out = tmp_path / f"{shape}.log"
+        gen_shapes.generate(out, 4_000_000, 0, shape)
+        lines = out.read_text(encoding="utf-8", errors="replace").splitlines()
+        picked = sum(1 for line in lines if any(a in line for a in feed))
+        assert len(lines) > 5_000
+        assert picked / len(lines) < 0.02, (shape, picked, len(lines))

@@ -32,10 +32,10 @@ class FrameVocabulary(NamedTuple):
     request_paths: tuple[str, ...] = ()    # files of HTTP/RPC request dispatch: a request was being answered
 
     def handles_request(self, frame: Frame) -> bool:
-        return str(frame[0]).replace("\\", "/").endswith(self.request_paths)
+        return _path(frame).endswith(self.request_paths)
 
     def is_startup(self, frame: Frame) -> bool:
-        path, func = str(frame[0]).replace("\\", "/"), frame[2]
+        path, func = _path(frame), frame[2]
         lowered = func.lower()
         if func in self.startup or any(s in lowered for s in self.startup_substrings + self.kv_cache_substrings):
             return True
@@ -50,6 +50,11 @@ class FrameVocabulary(NamedTuple):
     def loads_weights(self, frame: Frame) -> bool:
         """A frame of vLLM's own weight loading, or of weight repacking."""
         return self.in_group(frame, "weights") or any(s in frame[2].lower() for s in self.startup_substrings)
+
+
+def _path(frame: Frame) -> str:
+    """A frame's file with forward slashes (a Windows traceback's too)."""
+    return str(frame[0]).replace("\\", "/")
 
 
 @lru_cache(maxsize=1)
