@@ -32,3 +32,35 @@ def test_classify_json_imports_no_heavy_module(tmp_path):
     assert json.loads(proc.stdout)["verdict"]["class"] == "startup"
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES=")][0]
     assert line == "MODULES=", line
+
+
+def test_a_metrics_scrape_is_read_without_the_exposition_server(tmp_path):
+    # prometheus-client's package __init__ imports its HTTP server (http.server, email, ssl):
+    # a quarter of the start-up, for a parser that needs none of it
+    (tmp_path / "vllm.log").write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    (tmp_path / "metrics.prom").write_text(
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 31.0\n"
+        "vllm:gpu_cache_usage_perc{model_name=\"m\"} 0.97\n")
+    probe = PROBE.replace("{heavy}", repr({"http", "email", "ssl", "prometheus_client"})).replace("{features}", "()")
+    proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    facts = json.loads(proc.stdout)["facts"]
+    assert {"source": "metrics.prom", "parser": "prometheus", "records": 2} in facts["inputs"], facts["inputs"]
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES=")][0]
+    assert line == "MODULES=", line
+
+
+def test_the_private_parser_reads_what_the_public_one_reads():
+    from prometheus_client.parser import text_string_to_metric_families as public
+
+    from triage.evidence import exposition_text
+
+    text = ('# HELP vllm:kv_cache_usage_perc KV-cache usage.\n# TYPE vllm:kv_cache_usage_perc gauge\n'
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5\nDCGM_FI_DEV_FB_USED{gpu="0"} 80000 1700000000000\n')
+    private = exposition_text._private_parser()
+    assert private is not None and private is not public
+    def read(parse):
+        return [(s.name, dict(s.labels), s.value, s.timestamp) for fam in parse(text) for s in fam.samples]
+    assert read(private) == read(public) and len(read(public)) == 2
+    # once the public package is loaded (serve, watch), it is the one handed out
+    assert exposition_text.text_string_to_metric_families() is public

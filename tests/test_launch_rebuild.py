@@ -200,5 +200,5 @@ def test_the_most_complete_record_wins_and_a_command_line_is_kept_verbatim():
 def test_the_compiled_flag_table_is_current():
     from triage.launch import COMPILED, DATA, _digest
 
-    assert json.loads(COMPILED.read_text())["sha256"] == _digest(DATA), \
+    assert json.loads(COMPILED.read_text())["stamp"] == _digest(DATA), \
         "launch_flags.yaml changed: python -c 'from triage.launch import build; build()'"

@@ -33,11 +33,12 @@ def test_data_file_is_valid():
 
 def test_compiled_form_is_current():
     """`python -m triage.evidence.sigdata build` was run after the last edit of the YAML."""
-    import hashlib
     import json
+    import zlib
 
     doc = json.loads(sigdata.COMPILED.read_text(encoding="utf-8"))
-    assert doc["sha256"] == hashlib.sha256(sigdata.DATA.read_bytes()).hexdigest()
+    source = sigdata.DATA.read_bytes()
+    assert doc["stamp"] == f"crc32:{zlib.crc32(source):08x}:{len(source)}"
     assert doc["signatures"] == sigdata.compiled_form(RAW)
 
 
@@ -79,7 +80,7 @@ def test_a_stale_compiled_form_falls_back_to_the_yaml(tmp_path):
     """An edited data file whose compiled form was not rebuilt is still read (from the YAML)."""
     data = tmp_path / "signatures.yaml"
     data.write_text(sigdata.DATA.read_text(encoding="utf-8"), encoding="utf-8")
-    (tmp_path / "signatures.compiled.json").write_text('{"sha256": "stale", "signatures": []}')
+    (tmp_path / "signatures.compiled.json").write_text('{"stamp": "stale", "signatures": []}')
     loaded = sigdata.entries.__wrapped__(data)
     assert [e.id for e in loaded] == [i["id"] for i in RAW]
 

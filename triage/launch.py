@@ -119,9 +119,9 @@ COMPILED = DATA.with_suffix(".compiled.json")
 
 
 def _digest(path: Path) -> str:
-    import hashlib
+    from .datastamp import stamp
 
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return stamp([path.read_bytes()])
 
 
 def _raw(path: Path = DATA) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def _raw(path: Path = DATA) -> dict[str, Any]:
     compiled = path.with_suffix(".compiled.json")
     if compiled.exists():
         doc = json.loads(compiled.read_text(encoding="utf-8"))
-        if doc.get("sha256") == _digest(path):
+        if doc.get("stamp") == _digest(path):
             return doc["engines"]
     import yaml
 
@@ -145,7 +145,7 @@ def build(path: Path = DATA, out: Path = COMPILED) -> Path:
 
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     _tables(raw, path)
-    out.write_text(json.dumps({"sha256": _digest(path), "engines": raw}, sort_keys=True) + "\n", encoding="utf-8")
+    out.write_text(json.dumps({"stamp": _digest(path), "engines": raw}, sort_keys=True) + "\n", encoding="utf-8")
     return out
 
 

@@ -3,19 +3,19 @@
 The frame vocabulary, the Xid table, the look-alike causes, the engines' setting names, the
 known engine bugs and the runbooks' `applies_to` are read on every classify. Importing a YAML parser and parsing them
 would cost a small classify more than the rest of its work, so `python -m triage.classes.build`
-writes them into one JSON file, each stamped with its source's SHA-256. An entry that is stale
+writes them into one JSON file, each stamped with its source's CRC (triage/datastamp.py). An entry that is stale
 or missing falls back to the YAML (slower, never wrong), and tests/test_registry.py fails until
 the file is rebuilt.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..datastamp import stamp
 from ..paths import data_file, runbooks_dir
 
 COMPILED = data_file("classes.compiled.json")
@@ -28,7 +28,7 @@ RUNBOOKS = "runbooks"
 def load(name: str) -> Any:
     """The content of data file `name` (or of the runbooks' applies_to, for RUNBOOKS)."""
     entry = _compiled().get(name)
-    if isinstance(entry, dict) and entry.get("sha256") == digest(name):
+    if isinstance(entry, dict) and entry.get("stamp") == digest(name):
         return entry["data"]
     return parse(name)
 
@@ -49,24 +49,20 @@ def parse(name: str) -> Any:
 
 
 def digest(name: str) -> str:
-    sha = hashlib.sha256()
     if name == RUNBOOKS:
-        for path in _runbook_files():
-            sha.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    else:
-        sha.update(SOURCES[name].read_bytes())
-    return sha.hexdigest()
+        return stamp(path.name.encode() + b"\0" + path.read_bytes() + b"\0" for path in _runbook_files())
+    return stamp([SOURCES[name].read_bytes()])
 
 
 def stale() -> list[str]:
     """The sources whose compiled form is missing or out of date."""
     names = [*SOURCES, RUNBOOKS]
-    return [n for n in names if not isinstance(_compiled().get(n), dict) or _compiled()[n].get("sha256") != digest(n)]
+    return [n for n in names if not isinstance(_compiled().get(n), dict) or _compiled()[n].get("stamp") != digest(n)]
 
 
 def build(out: Path = COMPILED) -> Path:
     """Write every source's compiled form (callers check the content first: see build.py)."""
-    doc = {name: {"sha256": digest(name), "data": parse(name)} for name in [*SOURCES, RUNBOOKS]}
+    doc = {name: {"stamp": digest(name), "data": parse(name)} for name in [*SOURCES, RUNBOOKS]}
     out.write_text(json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n",
                    encoding="utf-8")
     _compiled.cache_clear()

@@ -18,7 +18,6 @@ prefilter.anchors() reads them from there when the stamps match and derives them
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -253,11 +252,11 @@ _SOURCES = ("prefilter_anchors.py", "log_patterns.py", "kinds.py")
 def code_stamp() -> str:
     """What the derivation depends on besides the signature data: its own code, the reader's
     structural patterns and kinds, and the regex parser (the Python version)."""
-    sha = hashlib.sha256(b"%d.%d\0" % sys.version_info[:2])
+    from ..datastamp import stamp
+
     here = Path(__file__).resolve().parent
-    for name in _SOURCES:
-        sha.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
-    return sha.hexdigest()
+    return stamp([b"%d.%d\0" % sys.version_info[:2],
+                  *(name.encode() + b"\0" + (here / name).read_bytes() + b"\0" for name in _SOURCES)])
 
 
 def _minimal(literals: list[str]) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from ..errors import BadInput
 from ..model import Evidence
 from ..timeref import parse_iso
 from ..units import byte_count, finite_float, whole
+from . import exposition_text
 from .base import MAX_LINE_BYTES, InputFile, ParseContext
 from .kinds import Kind
 
@@ -298,7 +299,7 @@ def _parse_lines(lines: list[str]) -> list[Any]:
     """Each line's samples (as _parse_line gives them) or the error that refused it, with one call
     of prometheus-client's parser for the lot: the lines are sample lines without TYPE or HELP,
     so each is its own untyped family, yielded before the next line is read."""
-    from prometheus_client.parser import text_string_to_metric_families
+    text_string_to_metric_families = exposition_text.text_string_to_metric_families()
 
     out: list[Any] = []
     try:
@@ -320,7 +321,7 @@ def _parse_one(line: str) -> Any:
 
 
 def _parse_line(line: str) -> list[tuple[str, dict[str, str], float, Any]]:
-    from prometheus_client.parser import text_string_to_metric_families
+    text_string_to_metric_families = exposition_text.text_string_to_metric_families()
 
     return [(s.name, dict(s.labels), s.value, s.timestamp)
             for fam in text_string_to_metric_families(line + "\n") for s in fam.samples]
@@ -394,7 +395,7 @@ def concept_samples(text: str, *, every_line: bool = False) -> ConceptSamples:
 
 
 def _every_line(text: str) -> ConceptSamples:
-    from prometheus_client.parser import text_string_to_metric_families
+    text_string_to_metric_families = exposition_text.text_string_to_metric_families()
 
     samples: list[ConceptSample] = []
     try:

@@ -9,7 +9,7 @@ names them with `extract:`.
 
 Cold start: the classifier must not pay for YAML parsing. `python -m triage.evidence.sigdata
 build` writes the entries (without their examples) as JSON next to the YAML, stamped with the
-YAML's SHA-256; loading reads that JSON when the stamp matches and falls back to libyaml's
+YAML's CRC (triage/datastamp.py); loading reads that JSON when the stamp matches and falls back to libyaml's
 C loader when it does not (a stale or missing compiled file costs speed, never correctness).
 The same file holds the log prefilter's anchors derived from the entries (prefilter_anchors.py),
 stamped also with the code that derives them (see compiled_anchors).
@@ -20,7 +20,6 @@ entry's examples and feeds it long adversarial lines.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..datafile import entry_label, shape_problem
+from ..datastamp import stamp
 from ..paths import data_file
 
 DATA = data_file("signatures.yaml")
@@ -86,7 +86,7 @@ def load_raw(path: Path = DATA) -> list[dict[str, Any]]:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return stamp([path.read_bytes()])
 
 
 def compiled_form(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def build(path: Path = DATA, out: Path = COMPILED) -> Path:
     validate(raw)
     form = compiled_form(raw)
     anchors = {"stamp": code_stamp(), **derive(_entry(item) for item in form).to_json()}
-    out.write_text(json.dumps({"sha256": _digest(path), "signatures": form, "anchors": anchors},
+    out.write_text(json.dumps({"stamp": _digest(path), "signatures": form, "anchors": anchors},
                               ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     _current.cache_clear()
     entries.cache_clear()
@@ -116,7 +116,7 @@ def _current(path: Path) -> dict[str, Any] | None:
     """The compiled JSON form of the data file at `path` when it is current, else None."""
     try:
         doc = json.loads(path.with_suffix(".compiled.json").read_text(encoding="utf-8"))
-        if isinstance(doc, dict) and doc.get("sha256") == _digest(path) and isinstance(doc.get("signatures"), list):
+        if isinstance(doc, dict) and doc.get("stamp") == _digest(path) and isinstance(doc.get("signatures"), list):
             return doc
     except (OSError, ValueError):
         pass
