@@ -59,6 +59,16 @@ def test_the_frame_vocabulary_rejects_a_name_in_two_groups_and_a_group_without_i
     assert "capture_model" in frames().groups["cuda_graph_capture"] and "step" in frames().runtime
 
 
+def test_file_bound_functions_decide_only_in_their_file():
+    vocab = frames()
+    # Module.to / .cuda copy a model's weights onto the device; a `to` elsewhere is anybody's
+    assert vocab.is_startup(("/env/lib/site-packages/torch/nn/modules/module.py", 1143, "convert"))
+    assert vocab.is_startup(("C:\\env\\Lib\\site-packages\\torch\\nn\\modules\\module.py", 905, "<lambda>"))
+    assert not vocab.is_startup(("/srv/app/batching.py", 10, "to"))
+    assert vocab.is_runtime(("/env/lib/python3.10/site-packages/xinference/core/model.py", 215, "_call_wrapper"))
+    assert not vocab.is_runtime(("/srv/app/wrappers.py", 1, "_call_wrapper"))
+
+
 def test_xids_by_role():
     assert is_hardware(79) and is_hardware(63) and not is_hardware(13) and not is_hardware(999)
     # Teardown and informational Xids never explain a GPU OOM; an unlisted or hardware one may.

@@ -32,6 +32,17 @@ def test_worker_method_names_the_startup_phase(tmp_path):
     assert "load_model" in v.path[1].why
 
 
+@pytest.mark.parametrize("log, function", [
+    ("CUDA error: out of memory\nalloc_tensor_range: failed to allocate CUDA0 buffer of size 34359738368\n",
+     "alloc_tensor_range"),
+    ("CUDA error: out of memory\nllama_kv_cache_init: failed to allocate buffer for kv cache\n", "llama_kv_cache_init"),
+])
+def test_a_native_function_named_on_the_failure_tells_the_phase(tmp_path, log, function):
+    v = _classify(tmp_path, log)
+    assert v.oom_class.value == "startup"
+    assert f"{function} reported the failure" in v.path[1].why
+
+
 @pytest.mark.parametrize("log", [
     "(raylet) Memory on the node (IP: 10.0.0.1, ID: 9af1) where the task (actor ID: 1, name=RayWorkerWrapper.__init__, "
     "pid=77, memory used=80.1GB) was running was 240.32GB / 251.50GB (0.955), which exceeds the memory usage thre\n"
@@ -56,6 +67,27 @@ def test_ipython_frames_read_as_interpreter_frames():
                       "(http://10.0.0.1:8888/opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py#line=213), "
                       "in LLM.__init__(self, model, tokenizer)", default_reference(2026))
     assert line.message == 'File "/opt/conda/lib/python3.12/site-packages/vllm/entrypoints/llm.py", line 214, in __init__'
+
+
+def test_ipython_7_frame_headers_read_as_interpreter_frames():
+    # IPython 7 heads a frame "PATH in FUNC(ARGS)", Colab with the path as a link; no line number
+    colab = parse_line("[/usr/local/lib/python3.10/dist-packages/exllamav2/model.py](https://localhost:8080/#) in "
+                       "load_autosplit_gen(self, cache)", default_reference(2026))
+    assert colab.message == 'File "/usr/local/lib/python3.10/dist-packages/exllamav2/model.py", line 0, in load_autosplit_gen'
+    plain = parse_line("/opt/lib/python3.8/site-packages/x/runner.py in step(self, batch)", default_reference(2026))
+    assert plain.message == 'File "/opt/lib/python3.8/site-packages/x/runner.py", line 0, in step'
+    for other in ("[<ipython-input-28-595e>](https://localhost:8080/#) in <cell line: 12>()",
+                  "loading /models/a.py in 3 parts (x)"):
+        assert parse_line(other, default_reference(2026)).message == other
+
+
+@pytest.mark.parametrize("raw, message", [
+    ("vllm-service  | INFO 09-03 22:42:03 [api_server.py:1] ready", "ready"),     # compose v1 / container_name
+    ("vllm-1  | INFO 09-03 22:42:03 [api_server.py:1] ready", "ready"),           # compose v2
+    ("ERROR | the disk is full", "ERROR | the disk is full"),                       # a level word is no service
+])
+def test_a_compose_service_prefix_is_peeled(raw, message):
+    assert parse_line(raw, default_reference(2026)).message == message
 
 
 def test_pipe_separated_python_logging_prefix_is_peeled():
@@ -324,6 +356,64 @@ READINGS = {
         "(token/s): 10.93, #queue-req: 0\n"
         "[2025-01-12 11:34:44 TP0] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.0980 -> "
         "0.9446\n", "burst"),
+    # Healthy activity in the words of servers no entry was written for.
+    "a go framework's access table shows a serving server": (
+        "4:29PM INF | 200 |  1.2s | 10.0.0.1 | POST \"/v1/chat/completions\"\n"
+        "4:30PM INF | 200 |  0.9s | 10.0.0.1 | POST \"/v1/chat/completions\"\n", "no_oom"),
+    "a json access record shows a serving server": (
+        '{"ts":"2026-01-01T00:00:00Z","level":"info","msg":"request","path":"/v1/completions","method":"POST",'
+        '"status":200}\n', "no_oom"),
+    "a json stats line with active requests shows a serving server": (
+        'I0101 00:00:00.000000 1 stats.cc:10] {"active_requests":2,"iteration":7,"free_blocks":30}\n', "no_oom"),
+    "a scheduler's counts and speed with the number after its unit or before its word": (
+        "2026-01-01T00:00:05.000000Z  INFO engine::logger: Throughput (T/s) 18.00, 2 running, 0 waiting\n"
+        "2026-01-01T00:00:10.000000Z  INFO engine::logger: Throughput (T/s) 21.40, 1 running, 0 waiting\n", "no_oom"),
+    # Look-alikes in the words of libraries and accelerators no engine entry speaks for.
+    "an MPI failure between ranks": (
+        "[TensorRT-LLM][ERROR] Assertion failed: Failed: MPI error /src/cpp/tensorrt_llm/common/mpiUtils.cpp:211 '6'\n"
+        "terminate called after throwing an instance of 'tensorrt_llm::common::TllmException'\n", "not_gpu_oom"),
+    "ggml's pre-sized graph buffer too small for a tensor": (
+        "ggml_tallocr_alloc: not enough space in the buffer (needed 155582464, largest block available 151388160)\n"
+        'GGML_ASSERT: ggml-alloc.c:114: !"not enough space in the buffer"\n', "not_gpu_oom"),
+    "a gaudi bridge error that is not its allocator": (
+        "ERROR 02-04 12:35:23 engine.py:387] [Rank:0] FATAL ERROR :: MODULE:PT_LAZY Error, ValidateSyncInputTensors "
+        "tensor_data is empty. Tensorid:12\n", "not_gpu_oom"),
+    # Start-up, read from the loader's own frames or the program's banner.
+    "a compose v1 prefix before a worker's headless kv-cache traceback": (
+        "api  | (Worker_TP0 pid=7) ERROR 09-03 22:42:03 [multiproc_executor.py:962]   File \"/venv/lib/python3.12/"
+        "site-packages/vllm/v1/worker/gpu_model_runner.py\", line 6697, in _allocate_kv_cache_tensors\n"
+        "api  | (Worker_TP0 pid=7) ERROR 09-03 22:42:03 [multiproc_executor.py:962]     tensor = torch.zeros(\n"
+        "api  | (Worker_TP0 pid=7) ERROR 09-03 22:42:03 [multiproc_executor.py:962] torch.OutOfMemoryError: XPU out of "
+        "memory. Tried to allocate 772.00 MiB. GPU 0 has a total capacity of 31.89 GiB of which 3.94 GiB is free.\n",
+        "startup"),
+    "an ipython 7 frame of a loader placing weights and cache": (
+        "RuntimeError                              Traceback (most recent call last)\n"
+        "[/usr/local/lib/python3.10/dist-packages/exllamav2/model.py](https://localhost:8080/#) in "
+        "load_autosplit_gen(self, cache, reserve_vram)\n"
+        "RuntimeError: Insufficient VRAM for model and cache\n", "startup"),
+    "a module's parameters being copied onto the device": (
+        '  File "/env/lib/site-packages/torch/nn/modules/module.py", line 1143, in convert\n'
+        "    return t.to(device, dtype if t.is_floating_point() or t.is_complex() else None, non_blocking)\n"
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 14.00 MiB (GPU 0; 6.00 GiB total "
+        "capacity; 5.18 GiB already allocated; 0 bytes free; 5.35 GiB reserved in total by PyTorch)\n", "startup"),
+    "a device oom right after llama.cpp's banner": (
+        "main: build = 1233 (98311c4)\nmain: seed  = 1694804999\n\n"
+        "CUDA error 2 at /src/llama.cpp/ggml-cuda.cu:5509: out of memory\n", "startup"),
+    # A native runtime names the function that failed: its start-up functions tell the phase.
+    "a native loader function reporting the failed allocation": (
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 32768.00 MiB on device 0: cudaMalloc failed: out of "
+        "memory\nalloc_tensor_range: failed to allocate CUDA0 buffer of size 34359738368\n", "startup"),
+    "a function name on a failure another entry explains says where, not what": (
+        "ggml_cuda_host_malloc: failed to allocate 2560.00 MiB of pinned memory: system has unsupported display "
+        "driver / cuda driver combination\n", "not_gpu_oom"),
+    "a device allocator with enough memory free but no block large enough": (
+        "Out of Memory: Not enough space to allocate 58720256 B DRAM buffer across 12 banks, where each bank needs to "
+        "store 4894720 B, but bank size is 1071821792 B (allocated: 888424448 B, free: 183397344 B, largest free "
+        "block: 3382944 B)\n", "chronic"),
+    "a device allocator whose largest free block would have held the request is not fragmented": (
+        "Out of Memory: Not enough space to allocate 58720256 B DRAM buffer across 12 banks, where each bank needs to "
+        "store 4894720 B, but bank size is 1071821792 B (allocated: 1068439040 B, free: 3382752 B, largest free "
+        "block: 3382752 B)\n", "unknown"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'

@@ -43,7 +43,9 @@ RESTART_AT = 0.5             # restart at this share of the hours a leak takes t
 
 
 def fragmentation(ctx: Context, oom: Evidence | None) -> Cause | None:
-    alloc = allocator.reading(oom) if oom is not None and oom.kind == Kind.TORCH_OOM.value else None
+    states_pieces = oom is not None and (oom.kind == Kind.TORCH_OOM.value
+                                         or oom.fields.get("largest_free_block_bytes") is not None)
+    alloc = allocator.reading(oom) if states_pieces else None
     if alloc is not None and alloc.fragmented:
         return Cause(FRAGMENTATION.id, "Allocator fragmentation: " + alloc.describe(), (oom,),
                      _why_fragmented(alloc))

@@ -9,6 +9,7 @@ year-less stamp.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,7 +40,9 @@ _ENVELOPES: tuple[re.Pattern[str], ...] = (
     # loguru-style sinks): the message keeps its own indentation (traceback frames).
     re.compile(rf"^(?P<iso>{_ISO})\s+\|\s+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\|\s+[\w.:<>-]+\s+\|\s?"),
     re.compile(rf"^(?P<iso>{_ISO})\s+(?=\S)(?!(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\b)"),  # bare ISO prefix
-    re.compile(r"^[\w.-]+-\d+\s+\|\s"),                                        # docker compose "vllm-1  | "
+    # docker compose "vllm-1  | " (v2 names end in the replica number) or "vllm-service  | " (v1, or a
+    # container_name): the service name padded to the others' width; never a level word ("ERROR | msg").
+    re.compile(r"^(?!(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s)[\w.-]{1,64}\s+\|\s"),
     re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)(?:,\s?ip=[\w.:-]{1,64})?\)\s?"),  # vLLM process prefix (Ray adds ", ip=")
     re.compile(r"^\[rank(?P<rank2>\d+)\]:"),                                   # torch.distributed
 )
@@ -124,6 +127,28 @@ def json_line(raw: str) -> dict | None:
     return None
 
 
+# A structured record's own bookkeeping, never what it reports (the logging library's keys).
+_JSON_META_KEYS = frozenset({*_JSON_MESSAGE_KEYS, *_JSON_TIME_KEYS, "level", "levelname", "levelno", "name", "process",
+                             "processName", "thread", "threadName", "taskName", "tid", "function", "funcName", "line",
+                             "lineno", "filename", "module", "pathname", "msecs", "created", "relativeCreated",
+                             "caller", "logger", "source"})
+_JSON_FIELDS_MAX = 1000
+
+
+def _json_fields(obj: dict, message: str) -> str:
+    """The record's other scalar fields as `key=value` after its message, the way a logfmt line
+    carries them: what a structured record reports beside its message (an access record's path
+    and status, an error field) is then read as in a text log."""
+    parts: list[str] = []
+    for key, value in obj.items():
+        if key in _JSON_META_KEYS or value is message or not isinstance(value, (str, int, float, bool)):
+            continue
+        if isinstance(value, str):
+            value = value if value and not any(c in value for c in ' "=\n') else json.dumps(value)
+        parts.append(f" {key}={value}")
+    return "".join(parts)[:_JSON_FIELDS_MAX]
+
+
 def _from_json(obj: dict, times: TimeReference) -> LogLine:
     message = next(obj[k] for k in _JSON_MESSAGE_KEYS if isinstance(obj.get(k), str))
     if obj.get("log") is message:
@@ -136,7 +161,7 @@ def _from_json(obj: dict, times: TimeReference) -> LogLine:
     stamp = next((obj[k] for k in _JSON_TIME_KEYS if obj.get(k)), None)
     level = obj.get("levelname") or obj.get("level")
     pid = obj.get("process")
-    return _line(str(message), str(level).upper() if level else None,
+    return _line(str(message) + _json_fields(obj, message), str(level).upper() if level else None,
                  _iso(str(stamp).replace(",", "."), times) if stamp else None, obj.get("processName"),
                  pid if isinstance(pid, int) else None, None, obj.get("name"), "json")
 
@@ -248,15 +273,29 @@ _IPYTHON_FRAME = re.compile(
     r"(?P<func>[\w.<>]+)")
 
 
+# IPython 7 (and notebooks rendered from it, Colab's with the path as a link) heads each frame with
+# "PATH in FUNC(ARGS)" and marks the failing source line below it ("--> 444"); the header holds no
+# line number, so the frame gets line 0.
+_IPYTHON7_FRAME = re.compile(
+    r"^(?P<indent>\s*)\[?(?P<path>(?:/|[A-Za-z]:\\)[^\s\[\](),\"]{1,400}?\.py)\]?(?:\([^)\s]{0,500}\))? in "
+    r"(?P<func>[\w.<>]+)\(")
+
+
 def ipython_frame(message: str) -> str:
     """The interpreter's frame line for an IPython-style one; any other message unchanged."""
-    if "File " not in message or ", in " not in message or '", line ' in message:
+    if '", line ' in message:
         return message
-    m = _IPYTHON_FRAME.match(message)
-    if not m:
-        return message
-    func = m["func"].rsplit(".", 1)[-1] or m["func"]
-    return f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {func}'
+    if "File " in message and ", in " in message:
+        m = _IPYTHON_FRAME.match(message)
+        if m:
+            func = m["func"].rsplit(".", 1)[-1] or m["func"]
+            return f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {func}'
+    if ".py" in message and " in " in message:
+        m = _IPYTHON7_FRAME.match(message)
+        if m:
+            func = m["func"].rsplit(".", 1)[-1] or m["func"]
+            return f'{m["indent"]}File "{m["path"]}", line 0, in {func}'
+    return message
 
 
 def _line(message: str, level, time, process, pid, rank, file, origin) -> LogLine:

@@ -145,4 +145,15 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
     kinds = {k for k, _ in out}
     if Kind.CUDA_OOM in kinds and kinds & {Kind.TORCH_OOM, Kind.WARMUP_OOM, Kind.KV_POOL_OOM, Kind.LOAD_MODEL_OOM}:
         out = [(k, f) for k, f in out if k != Kind.CUDA_OOM]
-    return out
+    return _fold_failed_function(out)
+
+
+def _fold_failed_function(out: list[tuple[Kind, Fields]]) -> list[tuple[Kind, Fields]]:
+    """A native function's name on a failure line another entry already read says where, not what:
+    it rides on those readings (the phase question reads it there) instead of adding a failure of
+    unknown kind beside them."""
+    named = [f for k, f in out if k is Kind.EXCEPTION and "failed_function" in f]
+    rest = [(k, f) for k, f in out if not (k is Kind.EXCEPTION and "failed_function" in f)]
+    if not named or not rest:
+        return out
+    return [(k, {**f, "failed_function": named[0]["failed_function"]}) for k, f in rest]

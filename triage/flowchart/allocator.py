@@ -18,7 +18,9 @@ but under the floor is the slack a serving engine keeps cached, not a sign. Such
 fragmentation out, so it cannot by itself make a runtime OOM a burst: load evidence must.
 
 The footer "If reserved but unallocated memory is large ..." is printed with every message and
-says nothing by itself; only the number does.
+says nothing by itself; only the number does. An allocator that states its largest free block
+(Tenstorrent's bank allocator) settles it directly: free memory above the request with no free
+block as large as the request is fragmentation.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class AllocatorReading(NamedTuple):
     tried: int
     capacity: int | None
     allocated: int | None
+    largest_free: int | None = None    # the allocator's largest free block, where its message states it
 
     @property
     def fragmented(self) -> bool:
@@ -54,6 +57,9 @@ class AllocatorReading(NamedTuple):
         return self.unallocated / reserved if reserved and self.allocated is not None else None
 
     def describe(self) -> str:
+        if self.fragmented and self.largest_free is not None:
+            return (f"{format_bytes(self.unallocated)} free, more than the {format_bytes(self.tried)} that failed, "
+                    f"but its largest free block was {format_bytes(self.largest_free)}")
         if self.fragmented:
             return (f"{format_bytes(self.unallocated)} reserved but unallocated, more than the "
                     f"{format_bytes(self.tried)} that failed")
@@ -77,6 +83,12 @@ def reading(oom: Evidence | None) -> AllocatorReading | None:
         return None
     tried = int(oom.fields.get("tried_bytes") or 0)
     capacity = oom.fields.get("capacity_bytes") or None
-    fragmented = unalloc >= FRAG_MIN_MULTIPLE * tried and unalloc >= floor(capacity)
+    largest = oom.fields.get("largest_free_block_bytes")
+    if largest is not None:
+        # The allocator states its largest free block: free memory enough for the request, in no
+        # piece large enough for it, is fragmentation by definition (no floor needed to tell slack).
+        fragmented = unalloc >= FRAG_MIN_MULTIPLE * tried and int(largest) < tried
+    else:
+        fragmented = unalloc >= FRAG_MIN_MULTIPLE * tried and unalloc >= floor(capacity)
     return AllocatorReading("fragmented" if fragmented else "in_use", int(unalloc), tried, capacity,
-                            oom.fields.get("allocated_bytes"))
+                            oom.fields.get("allocated_bytes"), int(largest) if largest is not None else None)

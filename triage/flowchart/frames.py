@@ -30,9 +30,16 @@ class FrameVocabulary(NamedTuple):
     idle_not_startup: frozenset[str]
     runtime: frozenset[str]
     request_paths: tuple[str, ...] = ()    # files of HTTP/RPC request dispatch: a request was being answered
+    file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its start-up-only functions)
+    runtime_file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its request-only functions)
 
     def handles_request(self, frame: Frame) -> bool:
         return _path(frame).endswith(self.request_paths)
+
+    def is_runtime(self, frame: Frame) -> bool:
+        """A frame of a serving loop, or of a function its file only runs for a request."""
+        return frame[2] in self.runtime or any(frame[2] in names and _path(frame).endswith(ending)
+                                               for ending, names in self.runtime_file_functions)
 
     def is_startup(self, frame: Frame) -> bool:
         path, func = _path(frame), frame[2]
@@ -40,6 +47,8 @@ class FrameVocabulary(NamedTuple):
         if func in self.startup or any(s in lowered for s in self.startup_substrings + self.kv_cache_substrings):
             return True
         if path.endswith(self.startup_paths):
+            return True
+        if any(func in names and path.endswith(ending) for ending, names in self.file_functions):
             return True
         return func == "__init__" and (any(d in path for d in self.constructors_under)
                                        or path.endswith(self.constructor_files))
@@ -55,6 +64,10 @@ class FrameVocabulary(NamedTuple):
 def _path(frame: Frame) -> str:
     """A frame's file with forward slashes (a Windows traceback's too)."""
     return str(frame[0]).replace("\\", "/")
+
+
+def _file_functions(section: dict) -> tuple[tuple[str, frozenset[str]], ...]:
+    return tuple((str(ending), frozenset(map(str, names))) for ending, names in (section.get("file_functions") or {}).items())
 
 
 @lru_cache(maxsize=1)
@@ -77,7 +90,8 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             startup_paths=tuple(start.get("paths") or ()), constructors_under=tuple(start["constructors_under"]),
             constructor_files=tuple(start["constructor_files"]), idle_marker=str(idle["marker"]),
             idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]),
-            request_paths=tuple(run.get("request_paths") or ()))
+            request_paths=tuple(run.get("request_paths") or ()),
+            file_functions=_file_functions(start), runtime_file_functions=_file_functions(run))
     except (KeyError, TypeError, AttributeError) as exc:
         raise FrameDataError(f"{name}: missing or malformed {exc}") from None
     seen: dict[str, str] = {}

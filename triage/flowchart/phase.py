@@ -67,16 +67,18 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
     tbs = ctx.tracebacks_near(anchor)
     vocab = frames()
     methods = _worker_methods(ctx, anchor)
-    # A worker wrapper's "while processing method X" names the function the worker ran: read it as
-    # the stack's outermost frame.
+    # A worker wrapper's "while processing method X" names the function the worker ran, and a native
+    # runtime's "func: failed to ..." the function that failed: read either as the stack's outermost frame.
     stack = [("<worker method>", 0, _method(m)) for m in methods] + ctx.frames_near(anchor)
     idle = any(f[2] == vocab.idle_marker for f in stack)
     start_frames = [f for f in stack if vocab.is_startup(f) and not (idle and f[2] in vocab.idle_not_startup)]
     if start_frames:
         f = start_frames[0]
         if f[0] == "<worker method>":
-            return PhaseAnswer("startup", f"the worker failed while running {f[2]}, a start-up method", conf.VERY_HIGH,
-                               methods[:1] + tbs[:1])
+            ran = next((m for m in methods if _method(m) == f[2]), methods[0])
+            what = (f"{f[2]} reported the failure, a start-up function" if ran.fields.get("failed_function")
+                    else f"the worker failed while running {f[2]}, a start-up method")
+            return PhaseAnswer("startup", what, conf.VERY_HIGH, [ran] + tbs[:1])
         return PhaseAnswer("startup", f"the failing stack is in start-up code ({f[2]} in {short_path(f[0])})",
                            conf.VERY_HIGH, tbs[:2])
     called = _cut_stack_call(tbs, vocab)
@@ -84,7 +86,7 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         tb, name = called
         return PhaseAnswer("startup", f"the excerpt's stack stops at a call of {name}, a start-up function "
                                       "(its own frames are cut off)", conf.FAIRLY_HIGH, [tb])
-    run_frames = [f for f in stack if f[2] in vocab.runtime]
+    run_frames = [f for f in stack if vocab.is_runtime(f)]
     if not run_frames and ctx.engine not in _LOAD_ON_REQUEST:
         run_frames = [f for f in stack if vocab.handles_request(f)]
     if run_frames:
@@ -190,15 +192,18 @@ def _near(anchor: Evidence, rec: Evidence) -> bool:
 
 
 def _worker_methods(ctx: Context, anchor: Evidence) -> list[Evidence]:
-    """Worker-wrapper records naming the method that raised, beside the failure."""
-    return [rec for rec in ctx.ev.of(Kind.EXCEPTION)
-            if _method(rec) and _near(anchor, rec) and not _restart_between(ctx, anchor, rec)]
+    """Worker-wrapper records naming the method that raised, and failure lines naming the native
+    function that reported them, beside the failure."""
+    named = [rec for rec in ctx.ev.of(Kind.EXCEPTION) if _method(rec)]
+    named += [rec for rec in ctx.ev if rec.kind != Kind.EXCEPTION.value and rec.fields.get("failed_function")]
+    return [rec for rec in named if _near(anchor, rec) and not _restart_between(ctx, anchor, rec)]
 
 
 def _method(rec: Evidence) -> str:
-    """The worker method a wrapper record names (its wordings fill different fields)."""
+    """The worker method a wrapper record names (its wordings fill different fields), or the native
+    function that reported a failure under its own name."""
     return str(rec.fields.get("worker_method") or rec.fields.get("worker_method2") or rec.fields.get("worker_method3")
-               or rec.fields.get("worker_method4") or "")
+               or rec.fields.get("worker_method4") or rec.fields.get("failed_function") or "")
 
 
 def _error_answers(ctx: Context, anchor: Evidence) -> Evidence | None:
