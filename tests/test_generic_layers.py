@@ -207,6 +207,8 @@ def test_a_line_logged_at_error_level_is_a_failure_even_when_no_entry_names_it(t
     ('time=2024-04-18T20:59:02.533-06:00 level=ERROR source=server.go:283 msg="error starting llama server"', "ERROR"),
     ("E0510 07:57:30.770724 21661 model_instance_state.cc:840] failed", "ERROR"),
     ("3.45.098.561 E srv  update_slots: decode() failed", "ERROR"),
+    ("2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start", "ERROR"),
+    ("the ERROR [x] was seen", None),
     ("[TensorRT-LLM][WARNING] a warning", "WARNING"),
     ("hello - world - not a level", None),
 ])
@@ -414,6 +416,42 @@ READINGS = {
         "Out of Memory: Not enough space to allocate 58720256 B DRAM buffer across 12 banks, where each bank needs to "
         "store 4894720 B, but bank size is 1071821792 B (allocated: 1068439040 B, free: 3382752 B, largest free "
         "block: 3382752 B)\n", "unknown"),
+    # Look-alikes stated in a runtime's own words, and healthy work in an engine's own trace.
+    "a timeout raised in the engine's busy loop": (
+        "ERROR 08-07 07:04:32 [core.py:588]   File \"/vllm/v1/engine/core.py\", line 606, in run_busy_loop\n"
+        "ERROR 08-07 07:04:32 [core.py:588]     self._process_engine_step()\n"
+        "ERROR 08-07 07:04:32 [core.py:588] TimeoutError\n", "not_gpu_oom"),
+    "a rocm page fault": (
+        "Memory access fault by GPU node-2 (Agent handle: 0x5a0d7202eab0) on address 0x7d35a0c00000. Reason: Unknown.\n",
+        "not_gpu_oom"),
+    "a kernel trap in the server process": (
+        "[Tue Sep  8 10:05:32 2026] traps: lmdeploy[3838286] general protection fault ip:7f8304036898 "
+        "sp:7f7fde7fa710 error:0 in libc.so.6[7f8304036000+195000]\n", "not_gpu_oom"),
+    "a server's crash handler announcing a segfault": (
+        "Signal (11) received.\n 0# 0x000055F2E74E513D in tritonserver\n"
+        " 1# 0x00007F8697BA2520 in /lib/x86_64-linux-gnu/libc.so.6\n", "not_gpu_oom"),
+    "cuda that never initialised": (
+        "/env/lib/python3.10/site-packages/torch/cuda/__init__.py:107: UserWarning: CUDA initialization: CUDA unknown "
+        "error - this may be due to an incorrectly set up environment\n", "not_gpu_oom"),
+    "a start-up failure whose stated cause is not memory": (
+        "2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start model server: integer "
+        "division or modulo by zero\n", "not_gpu_oom"),
+    "an exception class named for a failure": (
+        "Traceback (most recent call last):\n  File \"/srv/rpc/channel.py\", line 104, in recv\n"
+        "    return deserialize(header, buffers)\n"
+        "rpc.message.DeserializeMessageFailed: Deserialize b'<=\\xef' failed on channel 3\n", "not_gpu_oom"),
+    "lmdeploy's session running out of tokens": (
+        "2024-05-01 10:00:00,000 - lmdeploy - ERROR - run out of tokens. session_id=1\n", "not_gpu_oom"),
+    "a key=value access record with the status first": (
+        'INFO [      log_server_request] request | tid="1" timestamp=1713129102 remote_addr="127.0.0.1" '
+        'remote_port=38270 status=200 method="POST" path="/v1/chat/completions" params={}\n', "no_oom"),
+    "turbomind decoding a request's context": (
+        "[TM][INFO] [forward] Enqueue requests\n[TM][INFO] context decoding start\n[TM][INFO] context decoding end\n"
+        "[TM][INFO] [decodeContext] 18.60 ms\n", "no_oom"),
+    "an oom while llama-server works on a request's image": (
+        "srv  process_chun: processing image...\n"
+        "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc failed: out of "
+        "memory\n", "burst"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'

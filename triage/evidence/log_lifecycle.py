@@ -61,6 +61,8 @@ def shows_serving(kind: str, fields: Mapping[str, Any]) -> bool:
     as an offline batch; a probe's GET or HEAD of / or /health shows a server up, not serving), or a
     stats line with work in it."""
     if kind == Kind.REQUEST_SERVED.value:
+        if fields.get("in_progress"):       # an engine's trace of a request it is working on
+            return True
         path = str(fields.get("path", ""))
         return fields.get("status", 500) < 500 and str(fields.get("method", "POST")).upper() not in _PROBE_METHODS \
             and not path.startswith(_NON_SERVING_PATHS)

@@ -13,7 +13,7 @@ FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 INLINE_FRAME = re.compile(r'File "([^"\n]{1,400})", line (\d{1,7}), in ([\w.<>]{1,100})')
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 EXCEPTION = re.compile(
-    r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Aborted))(?::\s?(?P<msg>.*))?$")
+    r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Aborted))(?::\s?(?P<msg>.*))?$")
 # A request the API server refused (too long, malformed): the client gets a 4xx, the server serves on.
 REQUEST_REJECTED = re.compile(
     r"maximum context length is \d+|Please reduce the length|is longer than the maximum model length"
