@@ -452,6 +452,16 @@ READINGS = {
         "srv  process_chun: processing image...\n"
         "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4514.05 MiB on device 0: cudaMalloc failed: out of "
         "memory\n", "burst"),
+    "a request its client gave up on is the client's failure": (
+        "2026-08-24 23:29:57,251 - INFO - Prefill progress: request=3da22dc40 tokens=28672/47193 (60.8%)\n"
+        "2026-08-24 23:29:57,751 - WARNING - Request failed: endpoint=/chat/completions stream=True "
+        "error=stream_closed_before_completion in_flight=0\n", "no_oom"),
+    "triton readying its grpc handlers after the models loaded": (
+        "I0221 07:28:34.925705 342 grpc_server.cc:101] Ready for RPC 'ModelMetadata', 0\n"
+        "I0221 07:28:34.925709 342 grpc_server.cc:101] Ready for RPC 'ModelConfig', 0\n", "no_oom"),
+    "an oom in a warm-up named on its own line": (
+        "2026-01-01 00:00:00 ERROR myserve: RuntimeError: CUDA out of memory during warmup of the decode graphs\n",
+        "startup"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'
