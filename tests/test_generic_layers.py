@@ -209,6 +209,7 @@ def test_a_line_logged_at_error_level_is_a_failure_even_when_no_entry_names_it(t
     ("3.45.098.561 E srv  update_slots: decode() failed", "ERROR"),
     ("2024-07-01 07:28:04.488 1 kserve ERROR [__main__.py:<module>():254] Failed to start", "ERROR"),
     ("the ERROR [x] was seen", None),
+    ("[37723] 52.17.408.129 E init_batch: failed to prepare attention ubatches", "ERROR"),
     ("[TensorRT-LLM][WARNING] a warning", "WARNING"),
     ("hello - world - not a level", None),
 ])
@@ -462,6 +463,39 @@ READINGS = {
     "an oom in a warm-up named on its own line": (
         "2026-01-01 00:00:00 ERROR myserve: RuntimeError: CUDA out of memory during warmup of the decode graphs\n",
         "startup"),
+    "a scheduler watchdog giving up on a batch": (
+        "[2025-08-02 19:24:20] INFO:     10.0.0.1:48276 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
+        "[2025-08-02 19:24:30 TP3] Watchdog timeout (self.watchdog_timeout=300)\n", "not_gpu_oom"),
+    "a gpu backend that never initialised": (
+        "ggml_cuda_init: failed to initialize CUDA: unknown error\nllm_load_tensors:        CPU buffer size = 47628.36 MiB\n",
+        "not_gpu_oom"),
+    "a cuda driver error code that is not memory": (
+        'thread panicked at kv_cache/mod.rs:120: Could not prepare cache: DriverError(CUDA_ERROR_INVALID_VALUE, '
+        '"invalid argument")\n', "not_gpu_oom"),
+    "a launch that timed out waiting for its workers": (
+        "2024-10-25 12:21:14,974 api 37502 ERROR    Timed out after 601 seconds waiting for clients. 1/2 clients "
+        "joined.\n", "not_gpu_oom"),
+    "a step failing with a stated cause that is not memory": (
+        '2024-07-29T20:08:08.867914Z ERROR engine: step - Model failed with error: WithBacktrace { inner: Msg("key must '
+        'be a cuda tensor"), backtrace: Backtrace [{ fn: "core::error::Error::bt" }, { fn: "attn::cache::reshape" }] }\n',
+        "not_gpu_oom"),
+    "a compiled model calling its runtime with the wrong arity": (
+        "packed_func.h:1908: Function vm.builtin.kv_cache_create(0: runtime.ShapeTuple) -> relax.vm.AttentionKVCache "
+        "expects 19 arguments, but 18 were provided.\n", "not_gpu_oom"),
+    "ggml's host context buffer not allocated": (
+        "GGML_ASSERT: /project/llama.cpp/ggml.c:4411: ctx->mem_buffer != NULL\n", "not_gpu_oom"),
+    "a cancelled wait is the client's": (
+        'time=2025-10-19T09:28:35.298Z level=INFO source=sched.go:449 msg="Load failed" error="timed out waiting for '
+        'llama runner to start: context canceled"\n'
+        "[GIN] 2025/10/19 - 09:28:35 | 499 | 15.01s | 127.0.0.1 | POST \"/api/generate\"\n", "no_oom"),
+    "an oom right after a request's image was encoded": (
+        "encode_image_with_clip: image encoded in  1236.17 ms by CLIP (    2.15 ms per image patch)\n"
+        "CUDA error: out of memory\n   current device: 0, in function ggml_cuda_pool_malloc_vmm at ggml-cuda.cu:7991\n",
+        "burst"),
+    "triton initialising its backend and models": (
+        'I0917 14:37:10.188899 72 libtensorrtllm.cc:55] "TRITONBACKEND_Initialize: tensorrtllm"\n'
+        'I0917 14:37:10.195095 72 libtensorrtllm.cc:114] "TRITONBACKEND_ModelInitialize: tensorrt_llm (version 1)"\n',
+        "no_oom"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'

@@ -245,7 +245,7 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
 # every such format agrees on: Python's "asctime - name - LEVEL - msg" (lmdeploy and many
 # wrappers), "LEVEL: msg" (uvicorn, Python's basicConfig), logfmt's level=LEVEL (Go's slog, Ollama),
 # glog's leading letter ("E0510 07:57:30.770724 21661 file.cc:840]": Triton, TensorRT), llama.cpp's
-# common log ("3.45.098.561 E srv ..."), TensorRT-LLM's "[TensorRT-LLM][ERROR]" and "[TRT-LLM] [E]",
+# common log ("3.45.098.561 E srv ...", after a "[pid] " when the server logs it), TensorRT-LLM's "[TensorRT-LLM][ERROR]" and "[TRT-LLM] [E]",
 # and "DATE TIME [pid] [name] LEVEL [file:func():line] msg" (KServe's and other Python servers' format;
 # the date may already be peeled, the pid then leads).
 _LEVEL_SNIFF = re.compile(
@@ -253,7 +253,7 @@ _LEVEL_SNIFF = re.compile(
     r"|(?P<colon>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL):\s"
     r"|[^\n]{0,80}?\blevel=(?P<logfmt>DEBUG|INFO|WARN|WARNING|ERROR|FATAL|PANIC)\b"
     r"|(?P<glog>[DIWEF])\d{4} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+[\w.-]+:\d+\]"
-    r"|\d+\.\d{2}\.\d{3}\.\d{3} (?P<ggml>[DIWE]) "
+    r"|(?:\[\d{1,10}\] )?\d+\.\d{2}\.\d{3}\.\d{3} (?P<ggml>[DIWE]) "
     r"|\[(?:TensorRT-LLM|TRT-LLM)\]\s?\[(?P<trt>ERROR|WARNING|INFO|DEBUG|E|W|I|D)\]"
     r"|(?:\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?\s{1,4}(?:\d{1,10}\s{1,4})?|\d{1,10}\s{1,4})"
     r"(?:[\w.-]{1,40}\s{1,4})?"
