@@ -496,6 +496,30 @@ READINGS = {
         'I0917 14:37:10.188899 72 libtensorrtllm.cc:55] "TRITONBACKEND_Initialize: tensorrtllm"\n'
         'I0917 14:37:10.195095 72 libtensorrtllm.cc:114] "TRITONBACKEND_ModelInitialize: tensorrt_llm (version 1)"\n',
         "no_oom"),
+    "an offline batch's progress bar written after the traceback": (
+        "[rank0]:   File \"/vllm/model_executor/layers/linear.py\", line 125, in apply\n"
+        "[rank0]:     return F.linear(x, layer.weight, bias)\n"
+        "[rank0]: torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.32 GiB. GPU\n"
+        "Processed prompts:  23%|##        | 58/256 [00:20<01:10,  2.80it/s, est. speed input: 5700.92 toks/s]\n",
+        "burst"),
+    "a server that was listening when the runtime threw": (
+        "2023-10-12T12:37:08.293510Z  INFO serve: crates/serve/src/mod.rs:183: Listening at 0.0.0.0:8080\n"
+        "terminate called after throwing an instance of 'std::runtime_error'\n"
+        "  what():  CUDA failed with error out of memory\n", "burst"),
+    "an oom wrapped in an initialisation failure": (
+        "RuntimeError: Orchestrator initialization failed: CUDA out of memory. Tried to allocate 18.00 MiB. GPU 0 has a "
+        "total capacity of 22.03 GiB of which 3.12 MiB is free.\n", "startup"),
+    "an oom while torch layers are being constructed": (
+        '  File "/usr/local/lib/python3.12/dist-packages/torch/nn/modules/linear.py", line 109, in __init__\n'
+        "    torch.empty((out_features, in_features), **factory_kwargs)\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 72.00 MiB. GPU 0 has a total capacity of 44.52 GiB "
+        "of which 43.88 MiB is free.\n", "startup"),
+    "device allocations failing until a session cannot be created": (
+        "ds4: ROCm tensor alloc failed: out of memory\nds4: ROCm tensor alloc failed: out of memory\n"
+        "0614 14:16:15 ds4-server: failed to create rocm session\n", "startup"),
+    "a graph re-reserved is not a failure": (
+        "llama_new_context_with_model:      CUDA0 compute buffer size =  3009.50 MiB\n"
+        "ggml_backend_sched_alloc_splits: failed to allocate graph, reserving (backend_ids_changed = 1)\n", "no_oom"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'

@@ -110,8 +110,21 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                            sorted(served, key=lambda e: e.seq)[-1:], _uptime(anchor), request_work=True)
     if life == "ready":
         ready = ctx.last_before(Kind.STARTUP_COMPLETE.value, anchor, True)
-        return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", conf.MEDIUM, ready[-1:],
-                           _uptime(anchor))
+        if ctx.engine in _LOAD_ON_REQUEST:
+            return PhaseAnswer("runtime", "the engine had finished starting (no request seen yet)", conf.MEDIUM,
+                               ready[-1:], _uptime(anchor))
+        # A started engine holds its weights and pre-sized pools and allocates more only for the
+        # requests it runs: an OOM after its ready line, with no start-up step between, came from
+        # request work even when the log has no request lines (servers log requests at debug level).
+        return PhaseAnswer("runtime", "the engine had finished starting and logged no start-up step after it (no "
+                                      "request line either): a started engine allocates for the requests it runs",
+                           conf.MEDIUM, ready[-1:], _uptime(anchor), request_work=True)
+    bar = _progress_bar_beside(ctx, anchor)
+    if bar is not None:
+        return PhaseAnswer("runtime", f"an offline batch's progress bar beside the failure ({bar.where}) shows the "
+                                      "engine generating: the bar is drawn only once the engine has started, and is "
+                                      "written apart from the traceback", conf.MEDIUM_HIGH, [bar], _uptime(anchor),
+                           request_work=True)
     loop_died = [d for d in ctx.ev.of(Kind.ENGINE_DEAD) if d.fields.get("scope") != "process" and _near(anchor, d)]
     if life == "starting":
         marks = [e for e in ctx.ev if e.source == anchor.source and e.seq < anchor.seq
@@ -184,6 +197,15 @@ def _cut_stack_call(tbs: Sequence[Evidence], vocab) -> tuple[Evidence, str] | No
 
 # Engines that load (or swap in) a model when a request names it.
 _LOAD_ON_REQUEST = frozenset({"ollama", "xinference", "localai"})
+
+
+def _progress_bar_beside(ctx: Context, anchor: Evidence) -> Evidence | None:
+    """A progress bar of requests processed (an offline batch) near the failure, before or after it:
+    a bar is redrawn in place on another stream, so its last state often lands after the traceback."""
+    for rec in ctx.ev.of(Kind.REQUEST_SERVED):
+        if rec.fields.get("progress_bar") and _near(anchor, rec) and not _restart_between(ctx, anchor, rec):
+            return rec
+    return None
 
 
 def _near(anchor: Evidence, rec: Evidence) -> bool:
