@@ -91,3 +91,23 @@ def test_a_typo_in_the_data_file_is_refused():
         sigdata.validate(bad)
     with pytest.raises(sigdata.SignatureDataError):
         sigdata.validate([dict(RAW[0], kind="not_a_kind")], kinds={k.value for k in Kind})
+
+
+def test_the_guard_trie_finds_the_same_signatures_as_testing_every_guard():
+    """A long log's lines are searched for the guards with one trie regex instead of one substring
+    test per guard: on every line of the corpora, both find the same signatures."""
+    from pathlib import Path
+
+    import yaml
+
+    from triage.evidence import signatures
+
+    corpus = Path(__file__).parent / "corpus"
+    lines = [ln for p in sorted(corpus.glob("**/*.yaml")) if p.name != "excluded.yaml"
+             for ln in (yaml.safe_load(p.read_text(encoding="utf-8")) or {}).get("log", "").splitlines() if ln.strip()]
+    lines += ["out of memory out of", "CUDA out of memory. Tried", "x" * 5000]
+    plain = signatures._GuardIndex(signatures._BY_GUARD, trie_after=10**9)
+    trie = signatures._GuardIndex(signatures._BY_GUARD, trie_after=0)
+    assert len(lines) > 5000
+    assert [trie(ln) for ln in lines] == [plain(ln) for ln in lines]
+    assert trie.finder is not None and plain.finder is None
