@@ -520,6 +520,10 @@ READINGS = {
     "a graph re-reserved is not a failure": (
         "llama_new_context_with_model:      CUDA0 compute buffer size =  3009.50 MiB\n"
         "ggml_backend_sched_alloc_splits: failed to allocate graph, reserving (backend_ids_changed = 1)\n", "no_oom"),
+    "a native backtrace printed from a signal handler": (
+        "==== backtrace (tid:   1147) ====\n 0 0x0000000000042520 __sigaction()  ???:0\n"
+        " 1 0x0000000003200e60 tvm::runtime::relax_vm::PagedAttentionKVCacheObj::GetTotalSequenceLength()  ???:0\n",
+        "not_gpu_oom"),
     "a KV-cache allocation frame of any model runner": (
         "Traceback (most recent call last):\n"
         '  File "/site-packages/vllm_ascend/worker/model_runner_v1.py", line 2499, in _allocate_kv_cache_tensors\n'
