@@ -290,17 +290,13 @@ def ipython_frame(message: str) -> str:
     """The interpreter's frame line for an IPython-style one; any other message unchanged."""
     if '", line ' in message:
         return message
-    if "File " in message and ", in " in message:
-        m = _IPYTHON_FRAME.match(message)
-        if m:
-            func = m["func"].rsplit(".", 1)[-1] or m["func"]
-            return f'{m["indent"]}File "{m["path"]}", line {m["line"]}, in {func}'
-    if ".py" in message and " in " in message:
-        m = _IPYTHON7_FRAME.match(message)
-        if m:
-            func = m["func"].rsplit(".", 1)[-1] or m["func"]
-            return f'{m["indent"]}File "{m["path"]}", line 0, in {func}'
-    return message
+    m = (_IPYTHON_FRAME.match(message) if "File " in message and ", in " in message else None) or \
+        (_IPYTHON7_FRAME.match(message) if ".py" in message and " in " in message else None)
+    if m is None:
+        return message
+    func = m["func"].rsplit(".", 1)[-1] or m["func"]      # the interpreter prints a method's own name
+    line = m.groupdict().get("line") or 0
+    return f'{m["indent"]}File "{m["path"]}", line {line}, in {func}'
 
 
 def _line(message: str, level, time, process, pid, rank, file, origin) -> LogLine:

@@ -93,7 +93,6 @@ _BY_GUARD: dict[str, list[int]] = {}
 for _i, _sig in enumerate(SIGNATURES):
     for _g in _sig.guards:
         _BY_GUARD.setdefault(_g, []).append(_i)
-_GUARDS = tuple(_BY_GUARD.items())
 TRIE_AFTER_LINES = 2000
 
 
@@ -129,28 +128,20 @@ class _GuardIndex:
         self.at_guard: dict[str, frozenset[int]] = {}
 
     def __call__(self, msg: str) -> set[int]:
-        found: set[int] = set()
-        if self.finder is None:
+        finder = self.finder
+        if finder is None:
             self.calls += 1
-            if self.calls > self.trie_after:
-                self._build()
-            else:
-                for guard, indexes in self.plain:
-                    if guard in msg:
-                        found.update(indexes)
-                return found
-        assert self.finder is not None
-        for m in self.finder.finditer(msg):
-            hit = m.group(1)
-            if hit:
-                found |= self.at_guard[hit]
-        return found
+            if self.calls <= self.trie_after:
+                return {i for guard, indexes in self.plain if guard in msg for i in indexes}
+            finder = self._build()
+        return {i for m in finder.finditer(msg) if m.group(1) for i in self.at_guard[m.group(1)]}
 
-    def _build(self) -> None:
+    def _build(self) -> re.Pattern[str]:
         items = self.by_guard.items()
         # each guard -> the signatures of it and of every guard that is a prefix of it
         self.at_guard = {g: frozenset(i for h, idx in items if g.startswith(h) for i in idx) for g in self.by_guard}
         self.finder = re.compile("(?=(" + _trie_regex(list(self.by_guard)) + "))")
+        return self.finder
 
 
 _GUARD_INDEX = _GuardIndex(_BY_GUARD)
