@@ -83,7 +83,8 @@ def _request(case: dict[str, Any]):
                    max_model_len=launch.get("max_model_len"), max_num_seqs=launch.get("max_num_seqs"),
                    max_num_batched_tokens=launch.get("max_num_batched_tokens"),
                    util=launch.get("gpu_memory_utilization"), enforce_eager=bool(launch.get("enforce_eager")),
-                   allow_long=bool(launch.get("allow_long_max_model_len")))
+                   allow_long=bool(launch.get("allow_long_max_model_len")),
+                   flashinfer_sampler=bool(launch.get("flashinfer_sampler")))
 
 
 def _gpu(case: dict[str, Any]):

@@ -163,7 +163,8 @@ def test_the_multi_gpu_non_torch_term_is_nccl_and_custom_all_reduce_from_the_sou
     assert e.multi_gpu_non_torch(4, "device", v1=False).bytes == v1.bytes + e.NCCL_PER_COMMUNICATOR  # torch's comm too
     assert e.multi_gpu_non_torch(3, "device").bytes == e.NCCL_PER_COMMUNICATOR          # no custom all-reduce at 3
     assert e.multi_gpu_non_torch(2, "dist").bytes == e.NCCL_PER_COMMUNICATOR            # made before the snapshot
-    assert e.non_torch(1, "device").bytes == e.NON_TORCH_V1
+    assert e.non_torch(1, "device").bytes == e.NON_TORCH_DEVICE                         # the context included
+    assert e.non_torch(1, "dist").bytes == e.non_torch(1, "context").bytes == e.NON_TORCH_WORKSPACES
 
 
 def test_0_6_5_is_read_from_its_own_wheel():
@@ -295,3 +296,74 @@ def test_pipeline_stages_and_mla_projections_are_split_as_vllm_splits_them():
     # the rotary table, which every GPU keeps too)
     rotary = (mla.max_position or 0) * mla.rotary_dim * 2 * mla.rotary_tables
     assert eight.per_gpu - one.per_gpu / 8 == pytest.approx((sum(params.replicated) * 2 + rotary) * 7 / 8, rel=0.01)
+
+
+# --- the profile's sampler ------------------------------------------------------------------------
+
+def test_the_sampler_constants_are_the_bytes_measured_on_a_real_gpu():
+    """SAMPLER_BYTES_PER_LOGIT is what benchmarks/measure_sampler_peak.py measured replaying each
+    sampler path on an H200 (tests/real_gpu/h200/sampler/), for every shape it tried."""
+    import json
+
+    from triage.memory import estimate as e
+    rows = [json.loads(line) for line in (ROOT / "tests/real_gpu/h200/sampler/sampler_peak.jsonl").read_text()
+            .splitlines() if '"path"' in line]
+    assert {r["path"] for r in rows} == {"v0-sort", "v1-sort", "v1-nosort"} and len(rows) == 15
+    for r in rows:
+        path = "nosort" if r["path"] == "v1-nosort" else "sort"
+        assert abs(r["bytes_per_logit"] - e.SAMPLER_BYTES_PER_LOGIT[path]) < 0.5, r
+
+
+@pytest.mark.parametrize("version, path", [("0.6.4", "sort"), ("0.7.1", "sort"), ("0.10.2", "sort"),
+                                           ("0.15.0", "sort"), ("0.16.9", "sort"), ("0.17.0", "nosort"),
+                                           ("0.20.2", "nosort"), ("0.33.0", "nosort")])
+def test_each_release_samples_as_its_source_says(version, path):
+    assert sizing("vllm", version).sampler == path
+    assert "topk_topp" in sizing("vllm", version).sources["sampler"] or "sampler.py" in \
+        sizing("vllm", version).sources["sampler"]
+
+
+def _llama8_on_h100(version: str, **flags):
+    shape = model_config.load(str(MODELS / "Llama-3.1-8B-Instruct"))
+    return evaluate(shape, resolve("H100"), Request(max_model_len=32768, **flags), sizing("vllm", version))
+
+
+def test_a_sorting_sampler_over_1024_rows_costs_the_kv_cache_what_it_allocates():
+    """vLLM 0.10.2 on an H100 profiles 1,024 rows x 128,256 logits: a full sort of them (38 bytes a
+    logit, about 4.6 GiB) is the profile's peak, and the KV cache is that much smaller than where
+    the engine samples with FlashInfer (14 bytes a logit)."""
+    sorted_ = _llama8_on_h100("0.10.2")
+    flash = _llama8_on_h100("0.10.2", flashinfer_sampler=True)
+    rows, vocab = 1024, 128_256
+    assert sorted_.figures["profile_peak"].value >= rows * vocab * 38
+    assert "a full sort" in sorted_.figures["profile_peak"].basis
+    assert "no sort" in flash.figures["profile_peak"].basis
+    saved = sorted_.figures["profile_peak"].value - flash.figures["profile_peak"].value
+    assert saved == pytest.approx(rows * vocab * (38 - 14), rel=0.01)
+    assert flash.pool - sorted_.pool == pytest.approx(saved, rel=0.01)
+
+
+def test_the_profile_peak_is_the_larger_of_forward_pass_and_sampler_not_their_sum():
+    from triage.memory import estimate as e
+    shape = model_config.load(str(MODELS / "Llama-3.1-8B-Instruct"))
+    fwd = e.forward_peak(shape, 8192, 1, 2)
+    smp = e.sampler_peak(shape, 1, "sort")          # one row: the forward pass dominates
+    assert e.profile_peak(shape, 8192, 1, 1, 2, "sort").bytes == fwd.bytes
+    big = e.profile_peak(shape, 8192, 1024, 1, 2, "sort")
+    assert big.bytes == 8192 * shape.hidden * 2 + 1024 * shape.vocab * 38 and big.bytes < fwd.bytes + \
+        e.sampler_peak(shape, 1024, "sort").bytes + 8192 * shape.hidden * 2
+    assert smp.bytes < fwd.bytes
+
+
+def test_sglang_takes_its_fraction_of_the_memory_free_after_context_and_distributed_init():
+    """SGLang (model_runner.py profile_max_num_token): rest = free after load - free at init x
+    (1 - mem_fraction_static), so the pool is mem_fraction_static x (what was free at init) less
+    the weights; nothing else of the profile comes off it."""
+    from triage.memory import estimate as e
+    shape = model_config.load(str(MODELS / "Llama-3.1-8B-Instruct"))
+    gpu = resolve("L40S")
+    for tp in (1, 2):
+        o = evaluate(shape, gpu, Request(tp=tp, util=0.85, max_model_len=8192), sizing("sglang", "0.4.3.post4"))
+        held = e.CUDA_CONTEXT + (e.NCCL_SETUP if tp > 1 else 0)
+        assert o.figures["budget"].value == int(0.85 * (gpu.memory - held))
+        assert o.pool == o.figures["budget"].value - o.figures["weights_per_gpu"].value

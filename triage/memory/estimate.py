@@ -1,16 +1,15 @@
 """What a start-up takes beside the weights and the KV cache: estimates, each with its basis.
 
 An engine sizes its KV cache from a profiling run: vLLM runs one forward pass of
-max_num_batched_tokens tokens and samples max_num_seqs sequences, and keeps what the peak left of
-`gpu_memory_utilization x total` for the KV cache. The peak is estimated from the largest tensors
-alive at once: the MLP's gate/up output and activation output (for a mixture of experts, the
-fused kernel's buffers of top_k rows per token), the residual stream and the hidden states, plus
-the sampler's fp32 logits and probabilities over the vocabulary. A vision encoder is profiled
-with the largest image its processor accepts; its output stays while the decoder runs.
-
-The constants below were set against the start-up logs in tests/corpus and samples/ (their
-"Memory profiling", "Available KV cache memory", "# GPU blocks" and "Graph capturing finished"
-lines); tests/test_plan.py checks the arithmetic lands within 10% of what each engine reported.
+max_num_batched_tokens tokens, then samples one token for each of up to max_num_seqs rows, and keeps
+what the peak left of `gpu_memory_utilization x total` for the KV cache. The forward pass's peak is
+estimated from the largest tensors alive at once: the MLP's gate/up output and activation output (for
+a mixture of experts, the fused kernel's buffers of top_k rows per token), the residual stream and the
+hidden states. Its activations are freed before the sampler runs (only the hidden states stay), so
+the profile's peak is the larger of the two, not their sum. The sampler's share is measured, not
+fitted: benchmarks/measure_sampler_peak.py replays each release's sampler on a real GPU
+(tests/real_gpu/h200/sampler/). A vision encoder is profiled with the largest image its processor
+accepts; its output stays while the decoder runs.
 """
 from __future__ import annotations
 
@@ -23,13 +22,23 @@ from .config import ModelShape
 GiB = 1 << 30
 MiB = 1 << 20
 
-#: fp32 logits and fp32 probabilities per vocabulary entry and sampled sequence.
-SAMPLER_BYTES_PER_LOGIT = 8
-#: Memory outside torch's count that the profile charges to the budget, one GPU: V0 measures the whole
-#: process (its "non_torch_memory=0.35GiB" of tests/corpus/startup-a-001.yaml); V1 start-ups in samples/ leave
-#: 0.6-0.9 GiB besides the weights and the activations.
-NON_TORCH_V0 = int(0.35 * GiB)
-NON_TORCH_V1 = int(0.75 * GiB)
+#: Bytes a logit takes at the sampler's peak in the profiling run, by how the release filters top-k / top-p
+#: (triage/data/vllm_releases.yaml `sampler`). Measured with torch 2.11 on an H200, 5 shapes from 256 x 32,000
+#: to 1,024 x 151,936 logits, all within 0.3 of these (tests/real_gpu/h200/sampler/sampler_peak.jsonl):
+#: - sort: the model's 16-bit logits (2) and their fp32 copy (4), the sort's values and int64 indices (12) and
+#:   its working copies (20): 38;
+#: - nosort (FlashInfer's sampler, or the Triton top-k/top-p that masks in place): 2 + 4, the probabilities (4)
+#:   and the exponential draw (4): 14.
+SAMPLER_BYTES_PER_LOGIT = {"sort": 38, "nosort": 14}
+SAMPLER_BASIS = {"sort": "a full sort of the fp32 logits", "nosort": "top-k / top-p masked in place, no sort"}
+#: Memory outside torch's count that the profile charges to the budget, one GPU.
+#: `device` (the whole device outside torch, CUDA context included): V0's "non_torch_memory=0.35GiB" of
+#: tests/corpus/startup-a-001.yaml.
+NON_TORCH_DEVICE = int(0.35 * GiB)
+#: `context` / `dist` (a snapshot after the CUDA context): the kernels and library workspaces the first
+#: matrix products load; a CUDA context then one bf16 matmul on an H200 with torch 2.11 left 67 MiB outside
+#: torch (tests/real_gpu/h200/sampler/context.json); V1 start-ups print 0.02-0.07 GiB "for non-torch memory".
+NON_TORCH_WORKSPACES = int(0.07 * GiB)
 #: What spanning GPUs adds outside torch, from the sources (replaces a flat 0.65 GiB fitted to TP 2 start-ups):
 #: - NCCL's buffers per connection, one per protocol (NCCL 2.21.5, the version torch 2.5.1 / 2.6.0 pin for vLLM
 #:   0.6.5 / 0.8.5; src/init.cc): DEFAULT_BUFFSIZE 1 << 22 (Simple, 4 MiB) + DEFAULT_LL_BUFFSIZE
@@ -98,10 +107,11 @@ def _attention_width(s: ModelShape, tp: int) -> int:
     return (2 * max(1, s.heads // tp) + 2 * max(1, s.kv_heads // tp)) * s.head_dim     # q, k, v and the output
 
 
-def sampler_peak(shape: ModelShape, seqs: int) -> Estimate:
-    total = seqs * shape.vocab * SAMPLER_BYTES_PER_LOGIT
-    return Estimate(total, f"{count_noun(seqs, 'sequence')} x {shape.vocab:,} vocabulary x {SAMPLER_BYTES_PER_LOGIT} bytes "
-                           "(fp32 logits and probabilities)")
+def sampler_peak(shape: ModelShape, seqs: int, path: str = "nosort") -> Estimate:
+    per = SAMPLER_BYTES_PER_LOGIT[path]
+    total = seqs * shape.vocab * per
+    return Estimate(total, f"{count_noun(seqs, 'sequence')} x {shape.vocab:,} vocabulary x {per} bytes "
+                           f"({SAMPLER_BASIS[path]})")
 
 
 def encoder_peak(shape: ModelShape, tp: int, act_bytes: float) -> tuple[Estimate, Estimate] | None:
@@ -117,12 +127,17 @@ def encoder_peak(shape: ModelShape, tp: int, act_bytes: float) -> tuple[Estimate
             Estimate(kept, f"{v.tokens_per_item:,} image tokens x {shape.hidden:,} x {act_bytes:g} bytes"))
 
 
-def profile_peak(shape: ModelShape, tokens: int, seqs: int, tp: int, act_bytes: float) -> Estimate:
-    """The profiling run's peak above the weights: forward pass plus sampler, or the vision
-    encoder's run when that is larger, plus the image embeddings kept for the decoder."""
-    fwd, smp = forward_peak(shape, tokens, tp, act_bytes), sampler_peak(shape, seqs)
-    decoder = fwd.bytes + smp.bytes
-    basis = f"forward pass {fwd.basis}; sampler {smp.basis}"
+def profile_peak(shape: ModelShape, tokens: int, seqs: int, tp: int, act_bytes: float,
+                 sampler: str = "nosort") -> Estimate:
+    """The profiling run's peak above the weights: the larger of the forward pass and the sampler
+    (beside the hidden states the forward pass leaves), or the vision encoder's run when that is
+    larger, plus the image embeddings kept for the decoder."""
+    fwd, smp = forward_peak(shape, tokens, tp, act_bytes), sampler_peak(shape, seqs, sampler)
+    kept = int(tokens * shape.hidden * act_bytes)
+    decoder = max(fwd.bytes, kept + smp.bytes)
+    larger = "forward pass" if fwd.bytes >= kept + smp.bytes else "sampler"
+    basis = (f"the larger ({larger}) of the forward pass {fwd.basis} and the sampler {smp.basis} beside the "
+             f"{tokens:,} x {shape.hidden:,} hidden states")
     enc = encoder_peak(shape, tp, act_bytes)
     if enc is None:
         return Estimate(decoder, basis)
@@ -137,10 +152,13 @@ def non_torch(gpus: int, basis: str = "dist", v1: bool = True) -> Estimate:
     (triage/data/vllm_releases.yaml `non_torch`): `device` every byte outside torch on the device,
     `context` the increase since a snapshot after the CUDA context (NCCL setup included), `dist`
     the increase since a snapshot after distributed init (workspaces and NCCL's lazy buffers)."""
-    base = NON_TORCH_V1 if v1 else NON_TORCH_V0
-    seen = "V1 start-ups: 0.6-0.9 GiB" if v1 else "V0's own profile: 0.35 GiB"
-    what = (f"CUDA context and workspaces {base / GiB:.2f} GiB ({seen})"
-            if basis == "device" else f"workspaces the profile adds {base / GiB:.2f} GiB (V1 start-ups: 0.6-0.9 GiB)")
+    if basis == "device":
+        base = NON_TORCH_DEVICE
+        what = f"CUDA context and workspaces {base / GiB:.2f} GiB (a V0 start-up's own profile)"
+    else:
+        base = NON_TORCH_WORKSPACES
+        what = (f"kernels and workspaces the profile loads {base / GiB:.2f} GiB (measured on an H200; start-ups "
+                "print 0.02-0.07 GiB)")
     if gpus > 1:
         multi = multi_gpu_non_torch(gpus, basis, v1)
         return Estimate(base + multi.bytes, f"{what} + {multi.basis}")

@@ -48,11 +48,14 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int:
               help="Size as this engine version does: the newest release at or below it that the plan has read "
                    "(default: the newest it has read; the output names the release).")
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph).")
+@click.option("--flashinfer-sampler", is_flag=True,
+              help="The engine samples with FlashInfer (its log says 'Using FlashInfer for top-p & top-k sampling'; "
+                   "vLLM's Docker images ship FlashInfer): the profile's sampler then sorts nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the triage.plan/v1 JSON object.")
 def plan(model: str, gpu_text: str, tp: int, pp: int, dtype: str | None, kv_cache_dtype: str | None,
          quantization: str | None, max_model_len: int | None, max_num_seqs: int | None,
          max_num_batched_tokens: int | None, allow_long: bool, util: float | None, tenants: int, engine: str,
-         engine_version: str | None, enforce_eager: bool, as_json: bool) -> None:
+         engine_version: str | None, enforce_eager: bool, flashinfer_sampler: bool, as_json: bool) -> None:
     """Will MODEL with these flags fit GPU? The weights, KV cache and start-up arithmetic from the
     model's config.json, a verdict (fits, tight, will fail at start-up, will fail under a burst),
     safe flags with a ready command line, and the same flags on every GPU of the table.
@@ -72,7 +75,7 @@ def plan(model: str, gpu_text: str, tp: int, pp: int, dtype: str | None, kv_cach
     req = Request(tp=tp, pp=pp, dtype=dtype.lower() if dtype else None, kv_cache_dtype=kv_cache_dtype,
                   quantization=quantization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                   max_num_batched_tokens=max_num_batched_tokens, util=util, tenants=tenants,
-                  enforce_eager=enforce_eager, allow_long=allow_long)
+                  enforce_eager=enforce_eager, allow_long=allow_long, flashinfer_sampler=flashinfer_sampler)
     try:
         engine_sizing = sizing(engine, engine_version)
     except TriageError as exc:

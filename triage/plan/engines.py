@@ -38,6 +38,7 @@ class Sizing:
     mla: bool = True                # DeepSeek-style latent KV cache
     mla_head_size: str | int | None = None
     non_torch: str = "dist"         # what the profile charges: device | context | dist
+    sampler: str = "nosort"         # the profile's top-k / top-p filter: sort | nosort
     release: Release | None = None
     sglang_rule: str = "reserved"   # SGLANG_RELEASES: how this SGLang release sets its defaults
     sources: dict[str, str] = field(default_factory=dict)
@@ -159,7 +160,8 @@ def sizing(engine: str, version: str | None) -> Sizing:
     return Sizing("vllm", version or rel.version, note, v1=rel.v1, graphs_in_budget=bool(rel.graphs_in_budget.value),
                   windows=bool(rel.hybrid_kv.value), default_util=float(rel.default_util.value),
                   mla=bool(rel.mla.value), mla_head_size=rel.mla_head_size, non_torch=str(rel.non_torch.value),
-                  release=rel,
+                  sampler=str(rel.sampler.value), release=rel,
                   sources={"gpu_memory_utilization": rel.default_util.source, "batch_defaults": rel.batch_source,
                            "cuda_graphs": rel.graphs_in_budget.source, "sliding_window": rel.hybrid_kv.source,
-                           "mla": rel.mla.source, "non_torch": rel.non_torch.source})
+                           "mla": rel.mla.source, "non_torch": rel.non_torch.source,
+                           "sampler": rel.sampler.source})

@@ -59,6 +59,7 @@ class Request:
     tenants: int = 0
     enforce_eager: bool = False
     allow_long: bool = False        # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    flashinfer_sampler: bool = False  # the engine samples with FlashInfer (no sort in the profile's sampler)
 
 
 @dataclass(frozen=True)
@@ -175,12 +176,20 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     kvl = layout(shape, kv_size, tp=req.tp, pp=req.pp, block=1 if sg else 16, windows=sizing.windows,
                  mla=sg or sizing.mla, mla_head_size=sizing.mla_head_size)
     sampled = min(seqs, tokens) if sizing.engine == "vllm" else min(seqs, 256)
-    peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size)
+    peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size, sampler_path(req, sizing))
     basis = "dist" if sg else sizing.non_torch
-    other = estimate.non_torch(gpus, basis, v1=sg or sizing.v1)
-    fixed_out = estimate.Estimate(0, "") if sg else estimate.outside_budget(gpus, basis)
+    fixed_out = estimate.outside_budget(gpus, "dist" if sg else basis)
+    if sg:
+        # SGLang takes mem_fraction_static of the memory free after its CUDA context and distributed init
+        # (model_runner.py init_torch_distributed / profile_max_num_token), and nothing else off its pool
+        other = estimate.Estimate(0, "none: SGLang sizes its pool from the free memory measured after the CUDA "
+                                     "context and distributed init (held outside the budget)")
+        free_init = total - tenants - fixed_out.bytes
+        budget = int(util * free_init)
+    else:
+        other = estimate.non_torch(gpus, basis, v1=sizing.v1)
+        budget = int(util * total)
     graphs = estimate.Estimate(0, "none: --enforce-eager") if req.enforce_eager else estimate.cuda_graphs(shape, req.pp)
-    budget = int(util * total)
     f: dict[str, Figure] = {}
 
     def put(key: str, label: str, value: float, unit: str, est: bool, basis: str) -> None:
@@ -191,7 +200,10 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     put("kv_bytes_per_block", "KV cache per block", kvl.per_block, "bytes", False,
         f"{kvl.block} tokens a block" if kvl.block > 1 else "one token a page (SGLang)")
     share = "mem_fraction_static" if sizing.engine == "sglang" else "gpu_memory_utilization"
-    put("budget", "engine budget", budget, "bytes", gpu.estimated, f"{share} {util:g} x {gib(total)} ({gpu.source})")
+    put("budget", "engine budget", budget, "bytes", gpu.estimated,
+        f"{share} {util:g} x {gib(free_init)} free after {fixed_out.basis}"
+        + (" and other processes" if tenants else "") + f" ({gib(total)}: {gpu.source})" if sg else
+        f"{share} {util:g} x {gib(total)} ({gpu.source})")
     put("profile_peak", "profiling peak (activations)", peak.bytes, "bytes", True, peak.basis)
     put("non_torch", "non-torch memory", other.bytes, "bytes", True,
         other.basis + ("" if sg else f" (counted as this version measures it: {sizing.non_torch}; "
@@ -209,8 +221,8 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     free_at_start = total - tenants - estimate.CUDA_CONTEXT
     if sizing.engine == "sglang":
         # SGLang's pool is what mem_fraction_static leaves after the weights; activations and graphs live outside it
-        pool = budget - tenants - other.bytes - w.per_gpu
-        headroom = total - budget - graphs.bytes - peak.bytes
+        pool = budget - w.per_gpu
+        headroom = total - tenants - fixed_out.bytes - budget - graphs.bytes - peak.bytes
     else:
         inside = w.per_gpu + peak.bytes + other.bytes + (graphs.bytes if graphs_in else 0)
         pool = budget - inside - (0 if sizing.v1 else tenants)
@@ -240,20 +252,27 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     put("longest_sequence", "longest sequence the KV cache holds", longest, "tokens", True,
         "in whole blocks, at most max_position_embeddings" if kvl.block > 1 else "at most max_position_embeddings")
     put("headroom", "left outside the budget", headroom, "bytes", True,
-        f"{gib(total)} - budget" + (" - other processes" if tenants and sizing.v1 and sizing.engine == "vllm" else "")
+        f"{gib(total)} - budget" + (" - other processes" if tenants and (sizing.v1 or sg) else "")
+        + (" - " + fixed_out.basis if sg and fixed_out.bytes else "")
         + ("" if graphs_in or not graphs.bytes else " - CUDA graphs")
         + (" - the profiling peak (SGLang runs activations outside mem_fraction_static)" if sizing.engine == "sglang"
            else ""))
     out = Outcome(gpu, s, f, kvl, pool, headroom, one, capacity, concurrency, longest, reasons=reasons,
                   free_at_start=free_at_start if tenants else None,
                   refused=[] if sg else refusals(shape, req.tp, length, req.allow_long))
-    held = [("other processes", tenants if sizing.v1 and not sg else 0),
+    held = [("other processes", tenants if sizing.v1 or sg else 0),
             ("CUDA graphs captured after the KV cache", 0 if graphs_in else graphs.bytes),
             ("what the profile does not charge (" + fixed_out.basis + ")", fixed_out.bytes)]
     out.risk = burst_model.assess(total, budget, held, peak.bytes)
     put("burst_spare", "spare outside the budget for a burst", out.risk.spare, "bytes", True, out.risk.arithmetic)
     _verdict(out, shape, req, sizing, w.per_gpu, budget, peak.bytes + other.bytes + graphs.bytes, graphs.bytes)
     return out
+
+
+def sampler_path(req: Request, sizing: Sizing) -> str:
+    """How the profiling run's sampler filters top-k / top-p: FlashInfer's sampler when the engine
+    says it uses it, else the release's own default (vllm_releases.yaml `sampler`)."""
+    return "nosort" if req.flashinfer_sampler else sizing.sampler
 
 
 def vllm_pool_tokens(kvl: KvLayout, pool: int) -> int:
@@ -383,6 +402,11 @@ def assumptions(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> 
             out[-1] += f": {origin}"
     if req.tp > 1 or req.pp > 1:
         out.append(f"{req.tp} tensor-parallel x {req.pp} pipeline GPU(s): the figures are for the busiest GPU")
+    if sizing.engine == "vllm":
+        out.append("profile's sampler: " + (
+            "FlashInfer's (--flashinfer-sampler), no sort" if req.flashinfer_sampler else
+            "a full sort of the logits (--flashinfer-sampler where the log says 'Using FlashInfer for top-p & top-k "
+            "sampling')" if sizing.sampler == "sort" else "no sort (FlashInfer's or the Triton top-k/top-p)"))
     if shape.mla and sizing.engine == "vllm" and not sizing.mla:
         out.append("MLA model cached as full K and V per head: this vLLM version predates its latent cache "
                    f"({sizing.sources.get('mla', '')})")

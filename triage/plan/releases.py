@@ -16,6 +16,7 @@ from ..paths import data_file
 
 DATA = data_file("vllm_releases.yaml")
 NON_TORCH_BASES = ("device", "context", "dist")
+SAMPLER_PATHS = ("sort", "nosort")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Release:
     mla: Fact
     mla_head_size: str | int | None   # before MLA support: 256 (padded) or "qk"
     non_torch: Fact
+    sampler: Fact                    # the profile's top-k / top-p filter: sort | nosort
     chunked_tokens: int | None = None  # V0: max_num_batched_tokens a step with chunked prefill (None: 512)
 
     @property
@@ -136,8 +138,11 @@ def _release(item: dict[str, Any]) -> Release:
     non_torch = _fact(item, "non_torch")
     if non_torch.value not in NON_TORCH_BASES:
         raise ValueError(f"non_torch must be one of {NON_TORCH_BASES}")
+    sampler = _fact(item, "sampler")
+    if sampler.value not in SAMPLER_PATHS:
+        raise ValueError(f"sampler must be one of {SAMPLER_PATHS}")
     mla = _fact(item, "mla")
     return Release(str(item["version"]), item["engine"] == "V1", _fact(item, "default_util"), tiers,
                    str(batch["source"]), _fact(item, "graphs_in_budget"), _fact(item, "hybrid_kv"), mla,
-                   item["mla"].get("head_size"), non_torch,
+                   item["mla"].get("head_size"), non_torch, sampler,
                    int(batch["chunked_tokens"]) if batch.get("chunked_tokens") is not None else None)

@@ -121,7 +121,8 @@ def _flags(plan: Plan) -> dict[str, dict[str, Any]]:
         ("tensor_parallel_size", r.tp, "--tp"), ("pipeline_parallel_size", r.pp, "--pp"),
         ("dtype", r.dtype or "auto", "--dtype"), ("kv_cache_dtype", r.kv_cache_dtype or "auto", "--kv-cache-dtype"),
         ("quantization", r.quantization, "--quantization"), ("enforce_eager", r.enforce_eager, "--enforce-eager"),
-        ("other_tenants_bytes", r.tenants, "--other-tenants-bytes"))}
+        ("other_tenants_bytes", r.tenants, "--other-tenants-bytes"),
+        ("flashinfer_sampler", r.flashinfer_sampler, "--flashinfer-sampler"))}
 
 
 def _row(r: Outcome, plan: Plan) -> dict[str, Any]:
