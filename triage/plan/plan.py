@@ -186,9 +186,12 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
                                      "context and distributed init (held outside the budget)")
         free_init = total - tenants - fixed_out.bytes
         budget = int(util * free_init)
+        budget_basis = (f"mem_fraction_static {util:g} x {gib(free_init)} free after {fixed_out.basis}"
+                        + (" and other processes" if tenants else "") + f" ({gib(total)}: {gpu.source})")
     else:
         other = estimate.non_torch(gpus, basis, v1=sizing.v1)
         budget = int(util * total)
+        budget_basis = f"gpu_memory_utilization {util:g} x {gib(total)} ({gpu.source})"
     graphs = estimate.Estimate(0, "none: --enforce-eager") if req.enforce_eager else estimate.cuda_graphs(shape, req.pp)
     f: dict[str, Figure] = {}
 
@@ -199,11 +202,7 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     put("kv_bytes_per_position", "KV cache per token", kvl.per_token, "bytes", False, kvl.formula)
     put("kv_bytes_per_block", "KV cache per block", kvl.per_block, "bytes", False,
         f"{kvl.block} tokens a block" if kvl.block > 1 else "one token a page (SGLang)")
-    share = "mem_fraction_static" if sizing.engine == "sglang" else "gpu_memory_utilization"
-    put("budget", "engine budget", budget, "bytes", gpu.estimated,
-        f"{share} {util:g} x {gib(free_init)} free after {fixed_out.basis}"
-        + (" and other processes" if tenants else "") + f" ({gib(total)}: {gpu.source})" if sg else
-        f"{share} {util:g} x {gib(total)} ({gpu.source})")
+    put("budget", "engine budget", budget, "bytes", gpu.estimated, budget_basis)
     put("profile_peak", "profiling peak (activations)", peak.bytes, "bytes", True, peak.basis)
     put("non_torch", "non-torch memory", other.bytes, "bytes", True,
         other.basis + ("" if sg else f" (counted as this version measures it: {sizing.non_torch}; "
