@@ -253,10 +253,10 @@ READINGS = {
         "[09/17/2025-21:24:19] [TRT-LLM] [RANK 2] [E] Error executing load_single_module with args "
         "('model.layers.9.mlp.gate_up_proj', Linear()): CUDA out of memory. Tried to allocate 40.00 MiB. "
         "GPU 0 has a total capacity of 22.07 GiB of which 20.62 MiB is free.\n", "startup"),
-    "configuration lines alone are not a healthy server": (
+    "configuration lines alone lean healthy": (
         "INFO 06-28 23:40:03 api_server.py:206] vLLM API server version 0.5.0.post1\n"
         "INFO 06-28 23:40:03 llm_engine.py:164] Initializing an LLM engine (v0.5.0.post1) with "
-        "config: model='m', tokenizer='m', max_seq_len=131072\n", "unknown"),
+        "config: model='m', tokenizer='m', max_seq_len=131072\n", "no_oom"),
     "engine memory estimate is startup progress": (
         "[2024-03-25 15:35:00] INFO engine.py:243: Estimated total single GPU memory usage: "
         "14361.14 MB (Parameters: 3615.13 MB. KVCache: 10689.56 MB. Temporary buffer: 56.44 MB)\n", "no_oom"),
@@ -568,3 +568,13 @@ def test_a_ray_workers_prefix_with_its_address_is_peeled(tmp_path):
     assert line.message.startswith("RuntimeError: NCCL Error 2")
     v = _classify(tmp_path, line.message + "\n")
     assert v.oom_class.value == "not_gpu_oom"
+
+
+def test_configuration_lines_alone_are_a_lean_not_an_all_clear(tmp_path):
+    """Only the engine's version and configuration, nothing failed: healthy as far as the excerpt
+    goes, below the confident level, asking for the rest of the start-up."""
+    from triage.thresholds import CONFIDENT
+
+    verdict = _classify(tmp_path, READINGS["configuration lines alone lean healthy"][0])
+    assert verdict.oom_class.value == "no_oom" and verdict.confidence < CONFIDENT
+    assert any("rest of the start-up log" in a for a in verdict.attach)

@@ -6,7 +6,8 @@ data knows (vLLM stats and offline progress, SGLang batch lines, TGI shards and 
 and TensorRT-LLM sizing and stats, llama.cpp/Ollama loading and slots), busy or not: a KV cache at
 95% with a queue that never failed is a busy server, not an incident.
 **Not to be confused with**: an excerpt with nothing recognisable at all — that is `unknown`,
-since the failure may simply not be in it. Nor with an input that was cut short or could not be
+since the failure may simply not be in it (one with only the engine's version and configuration
+leans healthy, below the confident level, asking for the rest of the start-up). Nor with an input that was cut short or could not be
 read (a `.gz` whose stream ends early, an archive member cut off, a file refused as damaged):
 what is missing is often the end, where the failure is, so it is `unknown`, naming the file.
 """
@@ -82,11 +83,12 @@ def assess(ctx: Context) -> Assessment:
     elif complete:
         why, level = "start-up completed normally and nothing failed", conf.HIGH
     elif all(e.kind in _CONFIGURING for e in healthy):
-        # Only the engine's version and configuration: the excerpt stops before the engine loaded,
-        # sized or allocated anything, where start-up failures happen. Nothing says it went well.
-        return Assessment(SPEC.id, conf.NONE, "", "only the engine's version and configuration lines: the excerpt "
-                          "stops before it loaded weights or sized memory, so it shows neither a working server nor "
-                          "a failure", [healthy[0]],
+        # Only the engine's version and configuration, and nothing failed in them: the engine was
+        # starting normally as far as the excerpt goes. A lean, not an all-clear (below CONFIDENT):
+        # start-up failures come after these lines, and the excerpt stops before weights or memory.
+        why = ("the engine printed its version and configuration and nothing failed; the excerpt stops before "
+               "it loaded weights or sized memory, where start-up failures happen")
+        return Assessment(SPEC.id, conf.TENTATIVE, "No OOM in the excerpt: " + why, why, [healthy[0]],
                           attach=["the rest of the start-up log (weight loading, KV-cache sizing, the first request "
                                   "or the error that ended it)"])
     else:

@@ -11,6 +11,10 @@ FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 # Frames of a traceback whose line breaks were flattened into spaces (a paste through a web form,
 # a log shipper that joins a record's lines): several `File "...", line N, in f` on one line.
 INLINE_FRAME = re.compile(r'File "([^"\n]{1,400})", line (\d{1,7}), in ([\w.<>]{1,100})')
+# A frame line cut by a terminal or log viewer wrapping at a fixed width: the path's closing quote
+# and the rest of the frame went to the next physical line, which carries no log prefix.
+CUT_FRAME = re.compile(r'^\s*File "[^"]{1,400}$')
+FRAME_TAIL = re.compile(r'^[^"\s]{0,400}", line \d{1,7}, in \S')
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Aborted))(?::\s?(?P<msg>.*))?$")

@@ -22,8 +22,8 @@ from .log_lifecycle import FAILURE_KINDS, advance_phase
 
 # Logger levels a server states a failure at (logline.py reads them from each engine's prefix).
 FAILURE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
-from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK, CHUNK_MARKS, EXCEPTION, FRAME,
-                           INLINE_FRAME, REQUEST_REJECTED, is_request_log, short_path)
+from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK, CHUNK_MARKS, CUT_FRAME, EXCEPTION,
+                           FRAME, FRAME_TAIL, INLINE_FRAME, REQUEST_REJECTED, is_request_log, short_path)
 from .log_stats_window import RawStats, StatsWindow
 from .logline import LogLine, parse_line
 from .repeats import NoiseMarkers, RepeatBuckets, clock_key, family, traceback_family
@@ -75,6 +75,7 @@ class LogScanner:
         self.gap: tuple[bytearray, int, int, bool] | None = None   # lines passed over unread (see pass_over)
         self.tracebacks: dict[Any, _Traceback] = {}
         self.pending: _Pending | None = None
+        self.cut_frame: str | None = None    # a frame line the wrap cut inside its path (see feed)
         self.summary: tuple[int, list[str]] | None = None   # a memory_summary() table being read
         self.records = 0
         self.stats = StatsWindow(self._raw_stats_record)
@@ -195,6 +196,13 @@ class LogScanner:
         key = log.pid or log.rank or 0
         tb = self.tracebacks.get(key)
 
+        cut, self.cut_frame = self.cut_frame, None
+        if cut is not None and FRAME_TAIL.match(raw):
+            # The rest of a frame the wrap cut inside its path: the two pieces are one frame line
+            # (the wrap falls anywhere, so they join with no space).
+            msg = cut + raw.strip()
+        elif CUT_FRAME.match(msg) and '", line ' not in msg:
+            self.cut_frame = msg.rstrip("\r\n")
         frame = FRAME.match(msg)
         if frame:
             if tb is None:

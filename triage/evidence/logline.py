@@ -52,9 +52,12 @@ _VLLM_PREFIX = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<mo>\d{2})-(?P<d>\d{2})\s+"
     r"(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})(?:[.,](?P<frac>\d+))?\s+\[?(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+)\]\s?"
 )
-# Python logging default-ish: "2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] msg"
+# Python logging default-ish: "2024-12-19 21:40:35 ERROR 56542 [async_llm_engine.py:64] msg"; a collector's
+# date before vLLM's own prefix reads the same way, the logger's year-less stamp left over:
+# "2025-07-10 08:59:40 ERROR 07-09 17:59:40 [core.py:586] msg".
 _DATED_PREFIX = re.compile(
     rf"^(?P<iso>{_ISO})\s+(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:\d+\s+)?"
+    r"(?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?=\[?[\w./<>-]+\.py:\d+\]))?"
     r"(?:\[(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+)\]\s?)?"
 )
 # TGI (Rust tracing): "2024-02-21T10:28:11.366563Z ERROR text_generation_launcher: msg"

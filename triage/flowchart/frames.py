@@ -32,6 +32,7 @@ class FrameVocabulary(NamedTuple):
     request_paths: tuple[str, ...] = ()    # files of HTTP/RPC request dispatch: a request was being answered
     file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its start-up-only functions)
     runtime_file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its request-only functions)
+    memory_checks: frozenset[str] = frozenset()    # start-up checks that fail only for too little memory
 
     def handles_request(self, frame: Frame) -> bool:
         return _path(frame).endswith(self.request_paths)
@@ -91,7 +92,8 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             constructor_files=tuple(start["constructor_files"]), idle_marker=str(idle["marker"]),
             idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]),
             request_paths=tuple(run.get("request_paths") or ()),
-            file_functions=_file_functions(start), runtime_file_functions=_file_functions(run))
+            file_functions=_file_functions(start), runtime_file_functions=_file_functions(run),
+            memory_checks=frozenset((doc.get("memory_checks") or {}).get("functions") or ()))
     except (KeyError, TypeError, AttributeError) as exc:
         raise FrameDataError(f"{name}: missing or malformed {exc}") from None
     seen: dict[str, str] = {}

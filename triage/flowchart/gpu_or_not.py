@@ -64,6 +64,12 @@ def assess(ctx: Context) -> GpuAnswer:
                                     f"({retraction.where}), and the log shows no batch served after it", [retraction])
     if ctx.other_failures:
         first = ctx.other_failures[0]
+        checked = _failed_memory_check(ctx)
+        if checked is not None:
+            ctx.derived_anchor = checked
+            return GpuAnswer("yes", f"the failing stack ends in an engine's start-up memory check ({checked.where}), which "
+                                    "fails only when the KV cache the settings ask for does not fit the memory left",
+                             [checked, first])
         derived = _derived_kv_failure(ctx)
         if derived is not None:
             ctx.derived_anchor = derived
@@ -109,6 +115,33 @@ def _unrecovered_retraction(ctx: Context) -> Evidence | None:
              and not (s.kind == Kind.REQUEST_SERVED.value and (s.fields.get("status") or 0) >= 500)
              and (s.line > end if s.line is not None and end is not None else s.seq > last.seq)]
     return None if later else retracts[0]
+
+
+# A check's own failure: its exception cut off, or the plain ValueError / RuntimeError it raises.
+_CHECK_EXCEPTIONS = (None, "ValueError", "RuntimeError")
+
+
+def _failed_memory_check(ctx: Context) -> Evidence | None:
+    """A traceback whose innermost frame is an engine's start-up memory check
+    (triage/data/phase_frames.yaml memory_checks), ending with no other error named."""
+    tracebacks = ctx.ev.of(Kind.TRACEBACK)
+    if not tracebacks:
+        return None
+    from .frames import frames    # the frame vocabulary is read only when a stack must decide
+
+    checks = frames().memory_checks
+    for tb in tracebacks:
+        stack = tb.fields.get("frames") or []
+        if not stack or tb.fields.get("exception") not in _CHECK_EXCEPTIONS:
+            continue
+        # The innermost frame is the check, or (the excerpt cut before the check's own frame) calls it.
+        called = _CALLED.findall(str(stack[-1][3]))[:4] if len(stack[-1]) > 3 and not tb.fields.get("exception") else []
+        if stack[-1][2] in checks or any(name in checks for name in called):
+            return tb
+    return None
+
+
+_CALLED = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # a call in a frame's source line (bounded: linear on any line)
 
 
 def _derived_kv_failure(ctx: Context) -> Evidence | None:
