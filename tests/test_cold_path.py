@@ -64,3 +64,29 @@ def test_the_private_parser_reads_what_the_public_one_reads():
     assert read(private) == read(public) and len(read(public)) == 2
     # once the public package is loaded (serve, watch), it is the one handed out
     assert exposition_text.text_string_to_metric_families() is public
+
+
+def test_a_versioned_engine_log_is_judged_without_packaging():
+    # The known-bug ranges are plain releases, compared as tuples (tests/test_version_ranges.py
+    # checks them against packaging): importing packaging.specifiers would cost ~9 ms of a start.
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "startup-kv-blowout-v1"
+    probe = PROBE.replace("{heavy}", repr({"packaging"})).replace("{features}", "()")
+    proc = subprocess.run([sys.executable, "-c", probe, str(sample)], capture_output=True, text=True, timeout=60)
+    facts = json.loads(proc.stdout)["facts"]
+    assert facts["engine"] == "vllm" and facts["engine_version"]
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("MODULES=")][0]
+    assert line == "MODULES=", line
+
+
+def test_a_lazy_pattern_compiles_on_first_use_and_answers_as_the_compiled_one():
+    import re
+
+    from triage.lazyre import lazy
+
+    pattern = lazy(r"Tried to allocate (\d+) MiB", re.IGNORECASE)
+    assert pattern.pattern == r"Tried to allocate (\d+) MiB" and pattern._compiled is None   # read, not compiled
+    assert pattern.search("tried to ALLOCATE 20 MiB").group(1) == "20"
+    assert pattern._compiled is not None and pattern.flags & re.IGNORECASE
+    assert pattern.sub("x", "Tried to allocate 2 MiB.") == "x." and pattern.findall("none") == []

@@ -352,8 +352,11 @@ def test_pattern_is_linear_on_hostile_lines(found: Found):
         t_small, t_large = _costs(run, _data(pattern, small[key]), _data(pattern, line), runs=1)
         if t_large >= NOISE_FLOOR_S and t_large >= 2 * MAX_RATIO * t_small:
             t_small, t_large = _costs(run, _data(pattern, small[key]), _data(pattern, line), runs=3)
-            assert t_large < 2 * MAX_RATIO * t_small or t_large < NOISE_FLOOR_S, \
-                f"{found.origin}: {key} costs {t_small * 1000:.2f} ms at 512 and {t_large * 1000:.2f} ms at 2048"
+            if t_large >= NOISE_FLOOR_S and t_large >= 2 * MAX_RATIO * t_small:
+                # Sub-millisecond ratios are noise-prone on a loaded machine: the growth is confirmed
+                # (or not) one size up and again, as assert_linear does, before the pattern fails.
+                assert_linear(f"{found.origin} {key}", run,
+                              lambda n, key=key: _data(pattern, hostile_lines(pattern, n)[key]), n=2048)
         costs.append((t_large, key))
     for _, key in sorted(costs, reverse=True)[:3]:           # the recipes this pattern finds hardest
         assert_linear(f"{found.origin} {key}", run, lambda n, key=key: _data(pattern, hostile_lines(pattern, n)[key]))

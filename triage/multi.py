@@ -17,6 +17,7 @@ from typing import Sequence
 
 from .bundle import find_bundles, is_bundle, sorted_entries
 from .errors import BadInput, ExitCode
+from .lazyre import lazy
 
 
 @dataclass
@@ -178,4 +179,4 @@ def table(outcomes: Sequence[Outcome], width: int, base: str | None = None) -> l
 
 
 _GLUE = "\ue000"
-_UNIT_SPACE = re.compile(r"(?<=\d) (?=(?:GiB|MiB|KiB|GB|MB|KB|B|h|min|s|ms|tokens|requests)\b)")
+_UNIT_SPACE = lazy(r"(?<=\d) (?=(?:GiB|MiB|KiB|GB|MB|KB|B|h|min|s|ms|tokens|requests)\b)")

@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Iterator
+from .lazyre import lazy
 
 _UNITS = {
     "b": 1, "byte": 1, "bytes": 1,
@@ -29,8 +30,8 @@ _UNITS = {
 MAX_DIGITS = 30
 # The largest byte count (either sign) taken as a reading: a zebibyte is no GPU or host memory.
 MAX_BYTES = 1 << 70
-_NUMBERISH = re.compile(r"^\s*[-+]?(?:[\d.,]|nan|inf)", re.IGNORECASE)
-_SIZE_TEXT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)(?:(?<=[a-z])\s*)?$", re.IGNORECASE)
+_NUMBERISH = lazy(r"^\s*[-+]?(?:[\d.,]|nan|inf)", re.IGNORECASE)
+_SIZE_TEXT = lazy(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)(?:(?<=[a-z])\s*)?$", re.IGNORECASE)
 
 
 @dataclass

@@ -92,7 +92,11 @@ def assess(ctx: Context) -> Assessment:
                           attach=["the rest of the start-up log (weight loading, KV-cache sizing, the first request "
                                   "or the error that ended it)"])
     else:
-        why, level = "start-up was progressing normally (no error in the excerpt)", conf.MEDIUM_HIGH
+        # Start-up steps and no failure read, but the start never completed in the excerpt: start-up
+        # is where failures happen, and one in words no reader knows would look exactly like this.
+        # A lean, below the confident level, as for configuration lines alone.
+        why, level = ("start-up was progressing normally (no error in the excerpt), but the excerpt ends before "
+                      "the engine said it was up"), conf.TENTATIVE_STRONG
     key = (served or complete or healthy)
     return Assessment(SPEC.id, level, "No OOM: " + why, why, [key[0], key[-1]] if len(key) > 1 else key[:1])
 

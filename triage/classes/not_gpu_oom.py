@@ -28,6 +28,7 @@ from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
 from .base import Assessment, Branch, CauseSpec, ClassSpec
 from .compiled import load
 from .settings import as_float, as_whole
+from ..lazyre import lazy
 
 if TYPE_CHECKING:
     from ..flowchart.incident import Incident
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 GiB = 1 << 30
 # The kernel's report of the process it killed (mm/oom_kill.c, __oom_kill_process):
 #   "[Memory cgroup out of memory: ]Killed process 1234 (python3) total-vm:..kB, anon-rss:..kB, file-rss:..kB, shmem-rss:..kB"
-_KILLED = re.compile(r"Killed process (\d{1,10}) \(([^()\n]{1,64})\)")
+_KILLED = lazy(r"Killed process (\d{1,10}) \(([^()\n]{1,64})\)")
 _RSS = re.compile(r"\b(total-vm|anon-rss|file-rss|shmem-rss):(\d{1,15})kB")
 # The summary line of newer kernels: "oom-kill:constraint=...,task=python3,pid=1234,uid=0"
 _TASK = re.compile(r"\btask=([^,\s]{1,64}),pid=(\d{1,10})")

@@ -21,10 +21,11 @@ from ..timeref import parse_iso
 from ..units import whole
 from .base import InputFile, ParseContext, json_head, looks_binary
 from .kinds import Kind
+from ..lazyre import lazy
 
 NAME = "kubernetes"
 
-_SNIFF_RE = re.compile(
+_SNIFF_RE = lazy(
     rb'"kind"\s*:\s*"(?:Pod|PodList|Event|EventList)"|"containerStatuses"\s*:|"involvedObject"\s*:')
 _API_RE = re.compile(rb'"apiVersion"\s*:')
 _OOM_EVENT_REASONS = frozenset({"SystemOOM", "OOMKilling"})

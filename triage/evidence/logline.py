@@ -16,12 +16,13 @@ from datetime import datetime
 
 from ..timeref import TimeReference, parse_iso
 from ..units import whole
+from ..lazyre import lazy
 
 # Real ESC sequences, the caret notation ("^[[0;36m") that survives copy-paste, and the escaped
 # spellings other log paths leave: rsyslog writes control characters as "#NNN" in octal ("#033[0;36m",
 # "#011" for a tab, "#015" for a carriage return), and JSON or Python reprs keep "\x1b[", "\u001b[",
 # "\033[" or "\e[" as text.
-ANSI_RE = re.compile(r"(?:\x1b|\^\[|#033|\\x1b|\\u001b|\\033|\\e)\[[0-9;]*[A-Za-z]")
+ANSI_RE = lazy(r"(?:\x1b|\^\[|#033|\\x1b|\\u001b|\\033|\\e)\[[0-9;]*[A-Za-z]")
 _SYSLOG_CONTROL_RE = re.compile(r"#0(?:11|15)(?!\d)")
 _ANSI_HINTS = ("\x1b", "^[", "#033[", "\\x1b[", "\\u001b[", "\\033[", "\\e[")
 
@@ -276,7 +277,7 @@ def _sniff_level(text: str) -> str | None:
 # notebook copied as rendered text links the path: "File [/path/mod.py:214](http://host/...), in f(...)".
 # Rewritten into the interpreter's own form, `File "/path/mod.py", line 214, in method`, so every
 # reader sees one frame shape (the qualified name keeps its last part, as the interpreter prints it).
-_IPYTHON_FRAME = re.compile(
+_IPYTHON_FRAME = lazy(
     r"^(?P<indent>\s*)File \[?(?P<path>[^\s\[\](),\"]+?\.py):(?P<line>\d+)(?:\]\([^)\s]{0,500}\))?,\s+in\s+"
     r"(?P<func>[\w.<>]+)")
 
@@ -284,7 +285,7 @@ _IPYTHON_FRAME = re.compile(
 # IPython 7 (and notebooks rendered from it, Colab's with the path as a link) heads each frame with
 # "PATH in FUNC(ARGS)" and marks the failing source line below it ("--> 444"); the header holds no
 # line number, so the frame gets line 0.
-_IPYTHON7_FRAME = re.compile(
+_IPYTHON7_FRAME = lazy(
     r"^(?P<indent>\s*)\[?(?P<path>(?:/|[A-Za-z]:\\)[^\s\[\](),\"]{1,400}?\.py)\]?(?:\([^)\s]{0,500}\))? in "
     r"(?P<func>[\w.<>]+)\(")
 

@@ -22,11 +22,12 @@ from ..timeref import parse_iso
 from ..units import byte_count, finite_float, format_bytes, size_from, whole
 from .base import InputFile, ParseContext, json_head, looks_binary
 from .kinds import Kind
+from ..lazyre import lazy
 
 NAME = "memory_stats"
 
 _FLAT_MARKERS = ("reserved_bytes.all.", "allocated_bytes.all.")
-_NESTED_SNIFF_RE = re.compile(rb'"(?:reserved|allocated)_bytes"\s*:\s*\{\s*"(?:all|large_pool|small_pool)"')
+_NESTED_SNIFF_RE = lazy(rb'"(?:reserved|allocated)_bytes"\s*:\s*\{\s*"(?:all|large_pool|small_pool)"')
 _TIME_KEYS = ("time", "timestamp", "ts", "at", "datetime", "date")
 _DEVICE_KEYS = ("device", "device_id", "device_index", "gpu", "cuda_device")
 _DEVICE_RE = re.compile(r"^(?:cuda:)?(\d+)$")
@@ -45,7 +46,7 @@ SUMMARY_HEADER_RE = re.compile(r"PyTorch CUDA memory summary, device ID\s+(\d+)"
 _OOMS_RE = re.compile(r"CUDA OOMs:\s*(\d+)")
 _RETRIES_RE = re.compile(r"cudaMalloc retries:\s*(\d+)")
 _SIZE = r"(?<!\d)(\d+)\s*(B|KiB|MiB|GiB|TiB|PiB)"
-_SUMMARY_ROW_RE = re.compile(
+_SUMMARY_ROW_RE = lazy(
     r"\|\s*(?P<metric>Allocated memory|Active memory|Requested memory|GPU reserved memory|"
     r"Non-releasable memory)\s*\|\s*" + _SIZE + r"\s*\|\s*" + _SIZE + r"\s*\|")
 _SUMMARY_METRICS = {
@@ -55,7 +56,7 @@ _SUMMARY_METRICS = {
     "GPU reserved memory": "reserved",
     "Non-releasable memory": "inactive_split",
 }
-_SUMMARY_COUNT_ROW_RE = re.compile(
+_SUMMARY_COUNT_ROW_RE = lazy(
     r"\|\s*(?P<metric>Allocations|GPU reserved segments|Non-releasable allocs)\s*\|\s*(?P<cur>\d+)\s*(?:(?P<unit>[KM])\s*)?\|")
 _SUMMARY_COUNTS = {
     "Allocations": "allocation_count",

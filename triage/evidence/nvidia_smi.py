@@ -21,6 +21,7 @@ from ..model import Evidence
 from ..units import finite_float, size_from, whole
 from .base import InputFile, ParseContext, looks_binary
 from .kinds import Kind
+from ..lazyre import lazy
 
 NAME = "nvidia_smi"
 
@@ -48,19 +49,19 @@ _NA_VALUES = frozenset({"", "n/a", "[n/a]", "[not supported]", "not supported", 
                         "[insufficient permissions]", "[gpu is lost]"})
 
 _TABLE_BANNER_RE = re.compile(r"NVIDIA-SMI\s+(?P<smi>\S+)\s+Driver Version:\s*(?P<driver>\S+)")
-_TABLE_STAMP_RE = re.compile(
+_TABLE_STAMP_RE = lazy(
     r"^\s*(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\s+(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r"\s+(?P<day>\d{1,2})\s+(?P<hms>\d{2}:\d{2}:\d{2})\s+(?P<year>\d{4})\s*$")
 _BUS_ID_RE = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
 # Names start and end with a non-blank (a blank cell has no name): with `.+?` between two runs of
 # blanks a padded row backtracked cubically.
-_GPU_CELL_RE = re.compile(
+_GPU_CELL_RE = lazy(
     r"^\s*(?P<index>\d+)(?:\s+(?P<name>\S(?:.*?\S)??)(?:\s{2,}(?:On|Off|WDDM|TCC|N/A))?\s*|\s{2,})$")
-_MEM_CELL_RE = re.compile(r"(?<!\d)(?P<used>\d+)\s*(?P<uu>[KMG]iB)\s*/\s*(?P<total>\d+)\s*(?P<tu>[KMG]iB)")
+_MEM_CELL_RE = lazy(r"(?<!\d)(?P<used>\d+)\s*(?P<uu>[KMG]iB)\s*/\s*(?P<total>\d+)\s*(?P<tu>[KMG]iB)")
 _UTIL_CELL_RE = re.compile(r"^\s*(?P<pct>\d+)%")
 # `|    0   N/A  N/A    1234      C   python3      81024MiB |`; GI/CI columns are absent before ~450.
 # The process name is matched as above (a row without one leaves `name` empty).
-_PROC_ROW_RE = re.compile(
+_PROC_ROW_RE = lazy(
     r"^\|\s+(?P<gpu>\d+)\s+(?:(?P<gi>\S+)\s+(?P<ci>\S+)\s+)?(?P<pid>\d+|N/A)\s+"
     r"(?P<type>[CGM](?:\+[CGM])*)(?:\s+(?P<name>\S(?:.*?\S)??)\s+|\s{3,})(?P<mem>\d+\s*[KMG]iB|N/A)\s*\|\s*$")
 

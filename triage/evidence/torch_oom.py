@@ -15,13 +15,14 @@ import re
 from typing import Any
 
 from ..units import size_from, whole
+from ..lazyre import lazy
 
 _SIZE = r"(?<!\d)(\d+(?:\.\d+)?)\s*(bytes|[KMGT]iB|[KMGT]B)"
 
-OOM_START = re.compile(r"(?:(?:CUDA|XPU|HIP|MPS)\s+)?[Oo]ut of memory\.\s*Tried to allocate\s+" + _SIZE)
+OOM_START = lazy(r"(?:(?:CUDA|XPU|HIP|MPS)\s+)?[Oo]ut of memory\.\s*Tried to allocate\s+" + _SIZE)
 _GPU = re.compile(r"GPU\s+(\d+)")
-_CAPACITY = re.compile(r"total capac(?:i)?ty of\s+" + _SIZE + r"\s+of which\s+" + _SIZE + r"\s+is free")
-_PROCESS = re.compile(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use")
+_CAPACITY = lazy(r"total capac(?:i)?ty of\s+" + _SIZE + r"\s+of which\s+" + _SIZE + r"\s+is free")
+_PROCESS = lazy(r"Process\s+(\d+)\s+has\s+" + _SIZE + r"\s+memory in use")
 _SELF = re.compile(r"this process has\s+" + _SIZE + r"\s+memory in use")
 _ALLOWED = re.compile(_SIZE + r"\s+allowed")
 _BY_TORCH = re.compile(r"Of the allocated memory\s+" + _SIZE + r"\s+is allocated by PyTorch")
@@ -30,8 +31,8 @@ _UNALLOC = re.compile(_SIZE + r"\s+is reserved by PyTorch but unallocated")
 # torch <= 2.0
 _OLD_CAP = re.compile(_SIZE + r"\s+total capacity")
 _OLD_ALLOC = re.compile(_SIZE + r"\s+already allocated")
-_OLD_FREE = re.compile(_SIZE + r"\s+free")
-_OLD_RESERVED = re.compile(_SIZE + r"\s+reserved in total by PyTorch")
+_OLD_FREE = lazy(_SIZE + r"\s+free")
+_OLD_RESERVED = lazy(_SIZE + r"\s+reserved in total by PyTorch")
 
 
 def _size(m: re.Match[str] | None, group: int = 1) -> int | None:

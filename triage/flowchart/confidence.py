@@ -22,7 +22,8 @@ MEDIUM_HIGH = 0.7        # another source shows serving; a low hit rate the oper
 MEDIUM = 0.6             # load signals before a burst; the engine only reported ready; a leak with no OOM yet
 MEDIUM_LOW = 0.55        # a start-up OOM before the phase evidence is weighed
 EVEN = 0.5               # a low hit rate under an engine default that evicts under pressure
-TENTATIVE_STRONG = 0.48  # a burst by default: serving-loop frames or the engine's runtime wording, no load numbers
+TENTATIVE_STRONG = 0.48  # a burst by default: serving-loop frames or the engine's runtime wording, no load numbers;
+                         # healthy: start-up steps and no failure, the excerpt ending before the engine was up
 TENTATIVE = 0.45         # a prefix-cache OOM on a known prefix-cache bug alone; only version and configuration lines, healthy
 TENTATIVE_WEAK = 0.44    # a burst by default: it had served, nothing about the load at the time
 UNNAMED = 0.35           # something else explains it as well: below MIN_CONFIDENCE, so not named

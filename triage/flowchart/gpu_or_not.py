@@ -18,6 +18,7 @@ from ..evidence.kinds import Kind
 from ..model import Evidence
 from ..thresholds import ROOT_CAUSE_WINDOW_S, SAME_FAILURE_LINES
 from .context import Context
+from ..lazyre import lazy
 
 QUESTION = "Is this a GPU out-of-memory failure?"
 
@@ -82,7 +83,7 @@ def assess(ctx: Context) -> GpuAnswer:
 
 
 # The argument scan stops at the next `_allocate_kv_cache(`: a line of many costs linear time.
-_HOST_BUFFER = re.compile(r"cpu_cache\b|num_cpu_blocks|_allocate_kv_cache\((?:(?!_allocate_kv_cache\()[^)])*[\"']cpu[\"']"
+_HOST_BUFFER = lazy(r"cpu_cache\b|num_cpu_blocks|_allocate_kv_cache\((?:(?!_allocate_kv_cache\()[^)])*[\"']cpu[\"']"
                           r"|pin_memory=True")
 
 
@@ -156,7 +157,7 @@ def _derived_kv_failure(ctx: Context) -> Evidence | None:
 # abort, assertion or CUDA error is usually the teardown after the failure that caused it
 # (ggml aborts after a failed allocation, Go runners SIGABRT after a CUDA error): when such
 # wording sits beside it, the crash does not show that memory was not the cause.
-_MEMORY_WORDS = re.compile(r"out of (?:device )?memory|OutOfMemory|OUT_OF_(?:DEVICE_)?MEMORY|[Ii]nsufficient memory"
+_MEMORY_WORDS = lazy(r"out of (?:device )?memory|OutOfMemory|OUT_OF_(?:DEVICE_)?MEMORY|[Ii]nsufficient memory"
                            r"|failed to allocate|[Aa]llocation (?:of [^\n]{0,60})?failed")
 
 

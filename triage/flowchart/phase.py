@@ -20,6 +20,7 @@ from ..thresholds import SAME_FAILURE_LINES, UNLOADED_ALLOCATED_SHARE
 from ..units import format_bytes
 from . import confidence as conf
 from .context import Context
+from ..lazyre import lazy
 
 QUESTION = "Did it fail before the engine was serving?"
 
@@ -174,7 +175,7 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
 # SSE `data: {"error": ...}` event, possibly escaped once inside a quoted paste, or printed by a
 # Python client as a dict (`Error code: 500 - {'object': 'error', ...}`), or by a JavaScript
 # client as an object literal whose message line starts `msg: '...` / `message: "...`.
-_ERROR_BODY = re.compile(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])"""
+_ERROR_BODY = lazy(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])"""
                          r"""|^\s{0,12}(?:msg|message|detail|error)\s?:\s?['"]""")
 # A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args.
 _CALL = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # bounded, from a word start: linear on any line
