@@ -24,8 +24,8 @@ from .flowchart.causes import ACCOUNTING_DISCREPANCY, KNOWN_ENGINE_BUG, actual_u
 from .flowchart.incident import Incident
 from .flowchart.knowledge import in_range
 from .launch import engine_flags, rebuild
-from .model import Recommendation, Verdict
 from .lazyre import lazy
+from .model import Recommendation, Verdict
 
 MIN_DISCREPANCY_UTIL = 0.5   # a budget cut for an accounting gap never goes below this
 MARGIN_POINT = 0.01          # and takes one point more than the gap
@@ -105,7 +105,7 @@ CAUSE_ADVICE: dict[str, Callable[[Incident, Verdict], list[Recommendation]]] = {
 # The model's maximum as vLLM states it: its refusal of a longer max_model_len ("the derived
 # max_model_len (max_position_embeddings=131072 ..."), or a model config it printed.
 _MODEL_MAX = lazy(r"(?:derived[ _]max_model_len\W{0,3}(?:\(\s*)?(?:max_position_embeddings\W{1,3})?"
-                        r"|(?<![A-Za-z_])max_position_embeddings\W{1,3})(\d{3,9})\b")
+                  r"|(?<![A-Za-z_])max_position_embeddings\W{1,3})(\d{3,9})\b")
 # rope_scaling types whose factor vLLM does not multiply into the derived maximum
 # (vllm/config/model.py, _get_and_verify_max_len, v0.11.0).
 _UNSCALED_ROPE = frozenset({"su", "longrope", "llama3", "default", "mrope"})

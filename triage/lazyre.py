@@ -16,19 +16,19 @@ from typing import Any
 class LazyPattern:
     """re.compile(source, flags), done when the pattern is first used."""
 
-    def __init__(self, source: str, flags: int = 0) -> None:
+    def __init__(self, source: str | bytes, flags: int = 0) -> None:
         self._source = source
         self._flags = flags
-        self._compiled: re.Pattern[str] | None = None
+        self._compiled: re.Pattern[Any] | None = None
 
     @property
-    def compiled(self) -> re.Pattern[str]:
+    def compiled(self) -> re.Pattern[Any]:
         if self._compiled is None:
             self._compiled = re.compile(self._source, self._flags)
         return self._compiled
 
     @property
-    def pattern(self) -> str:          # read without compiling (other patterns are built from it)
+    def pattern(self) -> str | bytes:  # read without compiling (other patterns are built from it)
         return self._source
 
     def __getattr__(self, name: str) -> Any:
@@ -43,5 +43,5 @@ class LazyPattern:
         return f"lazy({self._source!r}, {self._flags})"
 
 
-def lazy(source: str, flags: int = 0) -> LazyPattern:
+def lazy(source: str | bytes, flags: int = 0) -> LazyPattern:
     return LazyPattern(source, flags)

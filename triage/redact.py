@@ -38,6 +38,7 @@ import functools
 import re
 from enum import Enum
 from typing import Any, Callable, Mapping
+
 from .lazyre import lazy
 
 MASK = "***"
@@ -134,13 +135,13 @@ _URL_PASSWORD = _Lazy(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://[^\s/:@]*):([
 _PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<key>-{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)(?P<q>(?:\\?[\"'])?)"
                    r"(?P<sep>[ \t]*[=:][ \t]*)")
 _VALUE = lazy(_ESCAPED_QUOTED + r"|\"(?:[^\"\\\n]|\\.)*\"?|'(?:[^'\\\n]|\\.)*'?|\[[^\]\n]*\]?|"
-                    + _BARE + "+")
+              + _BARE + "+")
 # --api-key value, and ['--api-key', 'value'] in a list repr (inside one string, e.g. a logged
 # command line). Every flag is found; only a secret one's value is read, whatever its first
 # character (`--ssl-keyfile-password -Sx...`), so a harmless flag never swallows the next one.
 _FLAG_AT = re.compile(r"(?<![A-Za-z0-9_.\-])--?[A-Za-z][A-Za-z0-9_.\-]*")
 _FLAG_ARG = lazy(r"(?P<sp>(?<![ \t])[ \t]+|\\?[\"'],[ \t]*)(?P<val>" + _ESCAPED_QUOTED
-                       + r"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|(?:[^\s\"'\\]|\\[^\s\"'])+)")
+                 + r"|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|(?:[^\s\"'\\]|\\[^\s\"'])+)")
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_.\-]*)$")
 _SCHEME = _Lazy(r"(?i)(bearer|basic|token|digest)\s+\S")
 

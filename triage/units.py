@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Iterator
+
 from .lazyre import lazy
 
 _UNITS = {

@@ -6,10 +6,11 @@ data knows (vLLM stats and offline progress, SGLang batch lines, TGI shards and 
 and TensorRT-LLM sizing and stats, llama.cpp/Ollama loading and slots), busy or not: a KV cache at
 95% with a queue that never failed is a busy server, not an incident.
 **Not to be confused with**: an excerpt with nothing recognisable at all — that is `unknown`,
-since the failure may simply not be in it (one with only the engine's version and configuration
-leans healthy, below the confident level, asking for the rest of the start-up). Nor with an input that was cut short or could not be
-read (a `.gz` whose stream ends early, an archive member cut off, a file refused as damaged):
-what is missing is often the end, where the failure is, so it is `unknown`, naming the file.
+since the failure may simply not be in it (one with only the engine's version and configuration,
+or with start-up steps that never reach "up", leans healthy below the confident level and asks
+for the rest of the start-up). Nor with an input that was cut short or could not be read (a `.gz`
+whose stream ends early, an archive member cut off, a file refused as damaged): what is missing
+is often the end, where the failure is, so it is `unknown`, naming the file.
 """
 from __future__ import annotations
 

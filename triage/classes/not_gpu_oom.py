@@ -24,11 +24,11 @@ from ..evidence.kinds import Kind
 from ..flowchart import confidence as conf
 from ..flowchart.context import Context
 from ..flowchart.gpu_or_not import GpuAnswer
+from ..lazyre import lazy
 from ..model import Cause, Evidence, OomClass, Recommendation, Verdict
 from .base import Assessment, Branch, CauseSpec, ClassSpec
 from .compiled import load
 from .settings import as_float, as_whole
-from ..lazyre import lazy
 
 if TYPE_CHECKING:
     from ..flowchart.incident import Incident

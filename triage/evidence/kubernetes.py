@@ -16,12 +16,12 @@ from datetime import datetime
 from typing import Any, Iterator, Mapping
 
 from ..errors import BadInput
+from ..lazyre import lazy
 from ..model import Evidence
 from ..timeref import parse_iso
 from ..units import whole
 from .base import InputFile, ParseContext, json_head, looks_binary
 from .kinds import Kind
-from ..lazyre import lazy
 
 NAME = "kubernetes"
 

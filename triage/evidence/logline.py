@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..lazyre import lazy
 from ..timeref import TimeReference, parse_iso
 from ..units import whole
-from ..lazyre import lazy
 
 # Real ESC sequences, the caret notation ("^[[0;36m") that survives copy-paste, and the escaped
 # spellings other log paths leave: rsyslog writes control characters as "#NNN" in octal ("#033[0;36m",

@@ -17,12 +17,12 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from .. import safejson
 from ..errors import BadInput
+from ..lazyre import lazy
 from ..model import Evidence
 from ..timeref import parse_iso
 from ..units import byte_count, finite_float, format_bytes, size_from, whole
 from .base import InputFile, ParseContext, json_head, looks_binary
 from .kinds import Kind
-from ..lazyre import lazy
 
 NAME = "memory_stats"
 

@@ -17,11 +17,11 @@ from datetime import datetime
 from typing import Any, Generator, Iterable, Iterator
 
 from ..errors import BadInput
+from ..lazyre import lazy
 from ..model import Evidence
 from ..units import finite_float, size_from, whole
 from .base import InputFile, ParseContext, looks_binary
 from .kinds import Kind
-from ..lazyre import lazy
 
 NAME = "nvidia_smi"
 

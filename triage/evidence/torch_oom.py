@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..units import size_from, whole
 from ..lazyre import lazy
+from ..units import size_from, whole
 
 _SIZE = r"(?<!\d)(\d+(?:\.\d+)?)\s*(bytes|[KMGT]iB|[KMGT]B)"
 

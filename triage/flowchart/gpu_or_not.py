@@ -15,10 +15,10 @@ import re
 from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import Kind
+from ..lazyre import lazy
 from ..model import Evidence
 from ..thresholds import ROOT_CAUSE_WINDOW_S, SAME_FAILURE_LINES
 from .context import Context
-from ..lazyre import lazy
 
 QUESTION = "Is this a GPU out-of-memory failure?"
 
@@ -84,7 +84,7 @@ def assess(ctx: Context) -> GpuAnswer:
 
 # The argument scan stops at the next `_allocate_kv_cache(`: a line of many costs linear time.
 _HOST_BUFFER = lazy(r"cpu_cache\b|num_cpu_blocks|_allocate_kv_cache\((?:(?!_allocate_kv_cache\()[^)])*[\"']cpu[\"']"
-                          r"|pin_memory=True")
+                    r"|pin_memory=True")
 
 
 def _pinned_host_allocation(ctx: Context, oom: Evidence) -> Evidence | None:
@@ -158,7 +158,7 @@ def _derived_kv_failure(ctx: Context) -> Evidence | None:
 # (ggml aborts after a failed allocation, Go runners SIGABRT after a CUDA error): when such
 # wording sits beside it, the crash does not show that memory was not the cause.
 _MEMORY_WORDS = lazy(r"out of (?:device )?memory|OutOfMemory|OUT_OF_(?:DEVICE_)?MEMORY|[Ii]nsufficient memory"
-                           r"|failed to allocate|[Aa]llocation (?:of [^\n]{0,60})?failed")
+                     r"|failed to allocate|[Aa]llocation (?:of [^\n]{0,60})?failed")
 
 
 def _unmatched_memory_words(ctx: Context) -> bool:

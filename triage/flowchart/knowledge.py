@@ -21,10 +21,10 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from ..datafile import entry_label, shape_problem
 from ..evidence.kinds import Kind
+from ..lazyre import lazy
 from ..model import Evidence, OomClass
 from ..paths import data_file
 from ..units import whole
-from ..lazyre import lazy
 
 DATA = data_file("known_bugs.yaml")
 UPSTREAM = data_file("known_bugs_upstream.yaml")

@@ -15,12 +15,12 @@ from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
 from ..evidence.logs import short_path
+from ..lazyre import lazy
 from ..model import Evidence
 from ..thresholds import SAME_FAILURE_LINES, UNLOADED_ALLOCATED_SHARE
 from ..units import format_bytes
 from . import confidence as conf
 from .context import Context
-from ..lazyre import lazy
 
 QUESTION = "Did it fail before the engine was serving?"
 
@@ -176,7 +176,7 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
 # Python client as a dict (`Error code: 500 - {'object': 'error', ...}`), or by a JavaScript
 # client as an object literal whose message line starts `msg: '...` / `message: "...`.
 _ERROR_BODY = lazy(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])"""
-                         r"""|^\s{0,12}(?:msg|message|detail|error)\s?:\s?['"]""")
+                   r"""|^\s{0,12}(?:msg|message|detail|error)\s?:\s?['"]""")
 # A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args.
 _CALL = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # bounded, from a word start: linear on any line
 
