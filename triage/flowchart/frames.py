@@ -6,6 +6,7 @@ data file says why each group means what it means and where the names come from.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -60,6 +61,17 @@ class FrameVocabulary(NamedTuple):
     def loads_weights(self, frame: Frame) -> bool:
         """A frame of vLLM's own weight loading, or of weight repacking."""
         return self.in_group(frame, "weights") or any(s in frame[2].lower() for s in self.startup_substrings)
+
+
+# A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args
+# (bounded, from a word start: linear on any line).
+_CALL = re.compile(r"\b(\w{1,80})\s{0,8}\(")
+
+
+def calls_in(frame: Frame) -> list[str]:
+    """The functions a frame's source line calls (the first four), when the frame kept its line:
+    in a stack cut before its exception, the call in progress is the step that failed."""
+    return _CALL.findall(str(frame[3]))[:4] if len(frame) > 3 else []
 
 
 def _path(frame: Frame) -> str:

@@ -11,7 +11,6 @@ OOMs) is never dismissed as one of those: when both appear, only a hardware faul
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import Kind
@@ -128,7 +127,7 @@ def _failed_memory_check(ctx: Context) -> Evidence | None:
     tracebacks = ctx.ev.of(Kind.TRACEBACK)
     if not tracebacks:
         return None
-    from .frames import frames    # the frame vocabulary is read only when a stack must decide
+    from .frames import calls_in, frames    # the frame vocabulary is read only when a stack must decide
 
     checks = frames().memory_checks
     for tb in tracebacks:
@@ -136,13 +135,10 @@ def _failed_memory_check(ctx: Context) -> Evidence | None:
         if not stack or tb.fields.get("exception") not in _CHECK_EXCEPTIONS:
             continue
         # The innermost frame is the check, or (the excerpt cut before the check's own frame) calls it.
-        called = _CALLED.findall(str(stack[-1][3]))[:4] if len(stack[-1]) > 3 and not tb.fields.get("exception") else []
+        called = [] if tb.fields.get("exception") else calls_in(stack[-1])
         if stack[-1][2] in checks or any(name in checks for name in called):
             return tb
     return None
-
-
-_CALLED = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # a call in a frame's source line (bounded: linear on any line)
 
 
 def _derived_kv_failure(ctx: Context) -> Evidence | None:

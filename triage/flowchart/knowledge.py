@@ -14,6 +14,7 @@ unconfirmed one is named as a report to check, nothing more.
 """
 from __future__ import annotations
 
+import operator
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -165,9 +166,8 @@ def _key(release: tuple[int, ...], post: int = -1) -> tuple[int, ...]:
     return release + (0,) * (_RELEASE_PARTS - len(release)) + (post,)
 
 
-_COMPARE: dict[str, Callable[[tuple[int, ...], tuple[int, ...]], bool]] = {
-    ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt,
 }
 
 

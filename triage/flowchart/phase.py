@@ -10,7 +10,6 @@ the profiling pass runs the same forward as a request. The frame names are data
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple, Sequence
 
 from ..evidence.kinds import STARTUP_CHECK_KINDS, Kind
@@ -177,20 +176,18 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
 # client as an object literal whose message line starts `msg: '...` / `message: "...`.
 _ERROR_BODY = lazy(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])"""
                    r"""|^\s{0,12}(?:msg|message|detail|error)\s?:\s?['"]""")
-# A call in a frame's source line: `x = Engine.from_engine_args(args)` calls from_engine_args.
-_CALL = re.compile(r"\b(\w{1,80})\s{0,8}\(")     # bounded, from a word start: linear on any line
 
 
 def _cut_stack_call(tbs: Sequence[Evidence], vocab) -> tuple[Evidence, str] | None:
     """A traceback cut before its exception line whose innermost frame's source line calls a
     start-up function: the call in progress is that function (its frames are what the excerpt lost)."""
+    from .frames import calls_in
+
     for tb in tbs:
         if tb.fields.get("exception"):
             continue
         frames = tb.fields.get("frames") or []
-        if not frames or len(frames[-1]) < 4:
-            continue
-        for name in _CALL.findall(str(frames[-1][3]))[:4]:
+        for name in calls_in(frames[-1]) if frames else ():
             if name in vocab.startup:
                 return tb, name
     return None

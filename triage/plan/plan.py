@@ -178,7 +178,7 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     sampled = min(seqs, tokens) if sizing.engine == "vllm" else min(seqs, 256)
     peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size, sampler_path(req, sizing))
     basis = "dist" if sg else sizing.non_torch
-    fixed_out = estimate.outside_budget(gpus, "dist" if sg else basis)
+    fixed_out = estimate.outside_budget(gpus, basis)
     if sg:
         # SGLang takes mem_fraction_static of the memory free after its CUDA context and distributed init
         # (model_runner.py init_torch_distributed / profile_max_num_token), and nothing else off its pool
@@ -218,10 +218,10 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
         put("other_tenants", "other processes on the GPU", tenants, "bytes", False, "--other-tenants-bytes")
     reasons: list[str] = []
     free_at_start = total - tenants - estimate.CUDA_CONTEXT
-    if sizing.engine == "sglang":
+    if sg:
         # SGLang's pool is what mem_fraction_static leaves after the weights; activations and graphs live outside it
         pool = budget - w.per_gpu
-        headroom = total - tenants - fixed_out.bytes - budget - graphs.bytes - peak.bytes
+        headroom = free_init - budget - graphs.bytes - peak.bytes
     else:
         inside = w.per_gpu + peak.bytes + other.bytes + (graphs.bytes if graphs_in else 0)
         pool = budget - inside - (0 if sizing.v1 else tenants)
