@@ -85,6 +85,10 @@ def test_case_is_well_formed(path):
     assert case.get("architecture")
     assert set(case["gpu"]) >= {"name", "total_gib", "basis"}
     assert set(case["launch"]) >= LAUNCH_KEYS, f"{path.name}: launch lacks {LAUNCH_KEYS - set(case['launch'])}"
+    if case.get("version_inferred") is not None:     # only where the thread leaves the version unstated
+        assert case.get("version") is None, f"{path.name}: version_inferred beside a stated version"
+        assert re.fullmatch(r"\d+\.\d+\.\d+", str(case["version_inferred"])), f"{path.name}: version_inferred"
+        assert case.get("version_basis"), f"{path.name}: version_inferred without the version_basis it rests on"
     assert case["printed"], f"{path.name}: no printed figure"
     for fig in case["printed"]:
         assert fig["quantity"] in QUANTITIES, fig
