@@ -134,6 +134,9 @@ TABLE: dict[str, Threshold] = {
     "same_failure_lines": Threshold(60, "lines", "a start-up check or failed step this close to the failure "
                                     "(with no engine restart between) reports the same failure",
                                     "rule design (one failure's wrapper, check and traceback)"),
+    "stop_after_kill_lines": Threshold(3, "lines", "a supervisor's \"runner stopped\" this soon after its runner's "
+                                      "`signal: killed` means it killed the runner itself",
+                                      "rule design (Ollama logs the kill and the stop on consecutive lines)"),
     "weights_budget_margin": Threshold(0.05, "share of the card", "weights within this of the utilisation "
                                        "budget leave no room for the KV cache: the model barely fits",
                                        "rule design"),
@@ -211,6 +214,7 @@ EARLY_WARNING_CONFIDENCE = value("early_warning_confidence")
 ROOT_CAUSE_WINDOW_S = value("root_cause_window_s")
 FAILURE_TRACEBACK_LINES = int(value("failure_traceback_lines"))
 SAME_FAILURE_LINES = int(value("same_failure_lines"))
+STOP_AFTER_KILL_LINES = int(value("stop_after_kill_lines"))
 WEIGHTS_BUDGET_MARGIN = value("weights_budget_margin")
 LEAK_MONOTONE_SHARE = value("leak_monotone_share")
 STEADY_LOAD_CV = value("steady_load_cv")

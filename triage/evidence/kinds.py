@@ -59,6 +59,7 @@ class Kind(str, Enum):
     SOFTWARE_FAULT = "software_fault"          # a panic, a hung process a watchdog or health check gave up on
     ERROR_NOT_MEMORY = "error_not_memory"      # an error stated in full whose words name no memory, capacity or limit
     CONTEXT_FULL = "context_full"              # llama.cpp's context has no free KV cell for a batch even at size 1
+    RUNNER_STOPPED = "runner_stopped"          # a supervisor stopped its own runner on purpose (unload, idle expiry)
     # --- readings ------------------------------------------------------------------------
     GPU_MEMORY = "gpu_memory"                  # per-GPU used/total (nvidia-smi, NVML, DCGM)
     GPU_PROCESS = "gpu_process"                # a process holding GPU memory
@@ -95,7 +96,7 @@ NOT_GPU_KINDS = frozenset({
 HEALTHY_KINDS = frozenset({
     Kind.WEIGHTS_LOADED, Kind.MEMORY_PROFILE, Kind.KV_CAPACITY, Kind.MAX_CONCURRENCY,
     Kind.AVAILABLE_KV_MEMORY, Kind.GRAPH_CAPTURE, Kind.STARTUP_STEP, Kind.STARTUP_COMPLETE, Kind.REQUEST_SERVED,
-    Kind.STATS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN, Kind.PREEMPTION,
+    Kind.STATS, Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STARTUP_BEGIN, Kind.PREEMPTION, Kind.RUNNER_STOPPED,
 })
 
 #: Healthy records that show requests being served (not only a server starting or up).

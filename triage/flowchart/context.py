@@ -14,7 +14,7 @@ from ..evidence.log_lifecycle import shows_serving
 from ..evidence.logs import BENIGN_EXCEPTIONS
 from ..evidence.signatures import literal
 from ..model import Evidence, EvidenceSet
-from ..thresholds import FAILURE_TRACEBACK_LINES
+from ..thresholds import FAILURE_TRACEBACK_LINES, STOP_AFTER_KILL_LINES
 
 _ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
                  "server_args": 2, "engine config": 1}
@@ -60,7 +60,12 @@ class Context:
 
     def _engine_teardown(self, rec: Evidence) -> bool:
         """A shell's bare "Killed" after the engine reported a failed child is the engine's own
-        teardown (SGLang kills its process group when a child fails), not the host OOM killer."""
+        teardown (SGLang kills its process group when a child fails), not the host OOM killer; a
+        runner's `signal: killed` that its supervisor follows at once with "runner stopped" is the
+        supervisor ending it on purpose (Ollama unloading an idle model)."""
+        if rec.kind == Kind.CHILD_KILLED.value and rec.fields.get("process") == "runner":
+            return any(s.source == rec.source and 0 < s.seq - rec.seq <= STOP_AFTER_KILL_LINES
+                       for s in self.ev.of(Kind.RUNNER_STOPPED))
         if rec.kind != Kind.CHILD_KILLED.value or rec.fields.get("process") != "shell":
             return False
         return any(d.source == rec.source and d.seq < rec.seq and "child" in str(d.fields.get("signal", ""))
