@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,14 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 CORPUS = Path(__file__).resolve().parent / "corpus"
+
+# A test runner started as a background job of a non-interactive shell (`cmd &`, nohup, some CI
+# agents) inherits SIGINT ignored, and every process it spawns inherits that too: the tests that
+# press Ctrl-C on a real `triage watch`, `prove` or recovery child would then wait for nothing.
+# Those tests stand for a terminal, where Ctrl-C is delivered, so the runner takes the default
+# back; its children then start with SIGINT at its default (an installed handler is reset on exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser):
