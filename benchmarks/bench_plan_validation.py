@@ -115,8 +115,8 @@ def run_case(name: str, case: dict[str, Any]) -> CaseResult:
     req = _request(case)
     # A plan is asked with the version being deployed; where the thread does not state it, the
     # release its log's format and date point to (`version_inferred`, argued in `version_basis`).
-    inferred = case.get("version") is None and case.get("version_inferred") is not None
-    siz = sizing(case["engine"], case.get("version") or case.get("version_inferred"))
+    inferred = None if case.get("version") else case.get("version_inferred")
+    siz = sizing(case["engine"], case.get("version") or inferred)
     out.sized_as = siz.label + (" (version inferred from the log, see version_basis)" if inferred else "")
     gpu = _gpu(case)
     sg = siz.engine == "sglang"

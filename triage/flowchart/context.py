@@ -63,13 +63,15 @@ class Context:
         teardown (SGLang kills its process group when a child fails), not the host OOM killer; a
         runner's `signal: killed` that its supervisor follows at once with "runner stopped" is the
         supervisor ending it on purpose (Ollama unloading an idle model)."""
-        if rec.kind == Kind.CHILD_KILLED.value and rec.fields.get("process") == "runner":
+        if rec.kind != Kind.CHILD_KILLED.value:
+            return False
+        process = rec.fields.get("process")
+        if process == "runner":
             return any(s.source == rec.source and 0 < s.seq - rec.seq <= STOP_AFTER_KILL_LINES
                        for s in self.ev.of(Kind.RUNNER_STOPPED))
-        if rec.kind != Kind.CHILD_KILLED.value or rec.fields.get("process") != "shell":
-            return False
-        return any(d.source == rec.source and d.seq < rec.seq and "child" in str(d.fields.get("signal", ""))
-                   for d in self.ev.of(Kind.PROCESS_DIED))
+        return process == "shell" and any(d.source == rec.source and d.seq < rec.seq
+                                          and "child" in str(d.fields.get("signal", ""))
+                                          for d in self.ev.of(Kind.PROCESS_DIED))
 
     @cached_property
     def other_failures(self) -> list[Evidence]:
