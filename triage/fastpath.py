@@ -17,6 +17,9 @@ SIGPIPE_EXIT = 141
 
 
 def main() -> None:
+    from .rxcache import seed
+
+    seed()        # the table of compiled patterns, before any module compiles its own (triage/rxcache.py)
     fast = fast_classify_args(sys.argv[1:])
     if fast is None or _completion_requested():
         from .cli import main as click_main

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from . import rxcache
+
 
 class LazyPattern:
     """re.compile(source, flags), done when the pattern is first used."""
@@ -24,7 +26,9 @@ class LazyPattern:
     @property
     def compiled(self) -> re.Pattern[Any]:
         if self._compiled is None:
-            self._compiled = re.compile(self._source, self._flags)
+            # from the table of compiled patterns when it holds this one (triage/rxcache.py)
+            self._compiled = rxcache.compiled(self._source, self._flags) if isinstance(self._source, str) \
+                else re.compile(self._source, self._flags)
         return self._compiled
 
     @property

@@ -5,7 +5,6 @@ is no log line and is read past, never held whole.
 """
 from __future__ import annotations
 
-import gzip
 import io
 from typing import IO, Iterator
 
@@ -117,7 +116,8 @@ def _drop_long_lines(buf: bytearray, cut: int, total: int, offset: int, found: l
 
 def _read_into(fh: IO[bytes], buf: bytearray, at: int) -> int:
     """Fill buf[at:] from fh; the number of bytes read (0 at the end)."""
-    if isinstance(fh, (io.BufferedReader, io.BytesIO, gzip.GzipFile)):
+    # buffered files, BytesIO and the decompressors' streams read straight into the buffer
+    if isinstance(fh, io.BufferedIOBase):
         return fh.readinto(memoryview(buf)[at:]) or 0
     data = fh.read(len(buf) - at)
     buf[at:at + len(data)] = data

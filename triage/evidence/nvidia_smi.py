@@ -11,7 +11,6 @@ Several tables in one file (a `while true; do nvidia-smi; sleep 5; done` capture
 """
 from __future__ import annotations
 
-import csv
 import re
 from datetime import datetime
 from typing import Any, Generator, Iterable, Iterator
@@ -212,6 +211,8 @@ def _parse_csv(src: InputFile, ctx: ParseContext, header: list[tuple[str, str | 
 
 
 def _csv_cells(line: str) -> list[str]:
+    import csv          # here, not at the top: most incidents have no nvidia-smi CSV to read
+
     try:
         return next(csv.reader([line], skipinitialspace=True), [])
     except csv.Error:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .. import rxcache
 from . import sigdata
 from .extractors import (EXTRACTORS, Extractor, Fields, _int, argv_to_args,  # noqa: F401 (re-exported)
                          literal, parse_config_pairs)
@@ -47,7 +48,7 @@ _COMPILED: dict[str, re.Pattern[str]] = {}
 def _compiled(regex: str) -> re.Pattern[str]:
     pat = _COMPILED.get(regex)
     if pat is None:
-        pat = _COMPILED[regex] = re.compile(regex)
+        pat = _COMPILED[regex] = rxcache.compiled(regex)
     return pat
 
 
