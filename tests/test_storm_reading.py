@@ -279,3 +279,57 @@ def test_an_error_that_differs_inside_a_repeated_block_is_read(tmp_path):
     ev = load_evidence([str(path)])
     marker = at + len(oom)
     assert any(e.kind == Kind.TORCH_OOM.value and e.line == marker for e in ev.items)
+
+
+# --- stats lines of engines other than vLLM, once their leading words are learned ----------------
+PREFILL = ("[2025-01-12 {t} TP0] Prefill batch. #new-seq: 1, #new-token: {n}, #cached-token: 512, token usage: "
+           "{u:.2f}, #running-req: {r}, #queue-req: 0")
+CACHE_HIT = "[2025-01-12 {t} TP0] Cache hit for rid={rid:032x}: {n} tokens reused"
+
+
+def sglang_serving(path: Path, n: int, odd: dict[int, str] | None = None) -> list[str]:
+    """An SGLang server serving: access lines, prefill and decode batches, cache-hit chatter; the
+    `odd` lines are put at their indexes."""
+    lines = ["[2025-01-12 11:00:00 TP0] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', tp_size=1)",
+             "[2025-01-12 11:00:30 TP0] The server is fired up and ready to roll!"]
+    for i in range(n):
+        sec = 60 + i // 40
+        t = f"{11 + sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}"
+        if odd and i in odd:
+            lines.append(odd[i].format(t=t))
+        elif i % 9 == 0:
+            lines.append(DECODE.format(t=t, r=40 + i % 7, tok=90_000 + i, u=0.20 + (i % 50) / 100, q=i % 3))
+        elif i % 9 == 4:
+            lines.append(PREFILL.format(t=t, n=1000 + i % 4000, u=0.20 + (i % 50) / 100, r=40 + i % 7))
+        elif i % 9 == 7:
+            lines.append(CACHE_HIT.format(t=t, rid=i * 7919, n=100 + i % 900))
+        else:
+            lines.append(SGL_ACCESS.format(t=t, p=40_000 + i % 9000))
+    path.write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def test_another_engines_stats_lines_are_held_whole_and_in_order(tmp_path):
+    # The first SGLang stats lines are read one by one and their leading words learned; the
+    # following chunks' stats lines are then found by those words and held raw all the same.
+    lines = sglang_serving(tmp_path / "sglang.log", 60_000)
+    truth = [i for i, line in enumerate(lines, 1) if "batch. #" in line]
+    ev = load_evidence([str(tmp_path / "sglang.log")])
+    stats = ev.of(Kind.STATS)
+    assert stats and all(s.line in truth for s in stats)
+    assert [s.line for s in stats if s.line >= truth[-256]] == truth[-256:]
+    assert [s.seq for s in sorted(stats, key=lambda s: s.line)] == sorted(s.seq for s in stats)
+    last = lines[truth[-1] - 1]
+    assert stats[-1].line == truth[-1] and str(stats[-1].fields.get("running_requests", "")) in last
+
+
+def test_a_failure_on_a_line_with_a_learned_stats_mark_is_read(tmp_path):
+    # A learned mark counts a line as stats only where no line of the chunk could make a record:
+    # a CUDA OOM printed on a decode-batch line deep into the log is still the failure.
+    oom = ("[2025-01-12 {t} TP0] Decode batch. #running-req: 44, #token: 91234, token usage: 0.98, "
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    lines = sglang_serving(tmp_path / "sglang.log", 60_000, odd={45_001: oom})
+    at = next(i for i, line in enumerate(lines, 1) if "OutOfMemoryError" in line)
+    ev = load_evidence([str(tmp_path / "sglang.log")])
+    assert any(e.line == at and e.kind in {Kind.CUDA_OOM.value, Kind.TORCH_OOM.value} for e in ev.items), \
+        [(e.line, e.kind) for e in ev.items if e.kind not in {Kind.STATS.value}][:10]

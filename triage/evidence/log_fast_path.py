@@ -122,9 +122,10 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
             if cut > a and cut + len(block.data) > b:
                 b = cut
         pids = _pid_lines(scanner, buf, a, b)
+        marks = scanner.stats_marks.markers
         if storm:
             # Counting the chunk's lines piece by piece between its stats lines numbers them too.
-            stats_at, stats_lines, lines_here = _numbered(buf, STATS_MARK, a, b, lineno)
+            stats_at, stats_lines, lines_here = _numbered(buf, marks, a, b, lineno)
         else:
             stats_at, stats_lines, lines_here = None, None, count(b"\n", a, b)
         known = count(ACCESS_MARK, a, b)
@@ -132,7 +133,7 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
         rest = 1 if pids else 0
         if storm and not pids:
             if stats_at is None:
-                stats_at, stats_lines, _ = _numbered(buf, STATS_MARK, a, b, lineno)
+                stats_at, stats_lines, _ = _numbered(buf, marks, a, b, lineno)
             pre, stats = count(PREEMPT_MARK, a, b), len(stats_at)
             blocks = scanner.blocks_in(buf, a, b)
             rest = lines_here - known - pre - stats - blocks * (scanner.repeats.block.lines if blocks else 0)
@@ -149,6 +150,10 @@ def serving_scan(scanner: LogScanner, buf: bytearray, pos: int, end: int,
                     rest = 0
             if rest == 0 or (scanner.admissions and rest == count(ADMISSION_MARK, a, b)):
                 rest = 0
+            if rest == 0 and stats and _learned_marks_in(scanner, buf, a, b) \
+                    and prefilter.matcher("feed").starts(buf, a, b):
+                rest = 1                       # a line that could be a record holds a learned mark: read
+            if rest == 0:
                 if blocks:                     # a dead engine's per-request tracebacks, counted whole
                     last = buf.rfind(scanner.repeats.block.data, a, b)
                     scanner.repeats.add_blocks(lineno + lines_here - count(b"\n", last, b), blocks)
@@ -197,6 +202,7 @@ def _read_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: int
             yield from scanner.repeated(at_line, raw, PREEMPT_FAMILY if PREEMPT_MARK in raw else "retract")
             fed = scanner.records != made            # counted into its bucket, or read in full
         elif STATS_MARK in raw or prefilter.is_stats_line(raw, stats_only is not None and at in stats_only):
+            scanner.learn_stats_mark(raw)
             scanner.hold_stats(at_line, raw)
             fed = False
         elif skip := scanner.skip_block(buf, at, at_line):
@@ -267,21 +273,31 @@ def _repeat_chunk(scanner: LogScanner, buf: bytearray, a: int, b: int, lineno: i
     _hold(scanner, buf, stats_at, stats_lines, s, b, b)
 
 
-def _numbered(buf: bytearray, mark: bytes, a: int, b: int, lineno: int) -> tuple[list[int], list[int], int]:
-    """The starts of the lines of buf[a:b] holding `mark`, their line numbers, and the number of
-    lines in buf[a:b]: the newlines are counted once, piece by piece between those lines."""
+def _numbered(buf: bytearray, marks: tuple[bytes, ...], a: int, b: int,
+              lineno: int) -> tuple[list[int], list[int], int]:
+    """The starts of the lines of buf[a:b] holding any of `marks`, their line numbers, and the
+    number of lines in buf[a:b]: the newlines are counted once, piece by piece between those lines."""
     find, rfind, count = buf.find, buf.rfind, buf.count
-    starts, numbers = [], []
+    starts: list[int] = []
+    for mark in marks:
+        at = find(mark, a, b)
+        while at >= 0:
+            starts.append(rfind(b"\n", a, at) + 1 or a)
+            at = find(b"\n", at, b)            # one line counts once, whatever it holds
+            at = -1 if at < 0 else find(mark, at, b)
+    if len(marks) > 1:
+        starts = sorted(set(starts))
+    numbers = []
     pos, line = a, lineno
-    at = find(mark, a, b)
-    while at >= 0:
-        start = rfind(b"\n", a, at) + 1 or a
+    for start in starts:
         line += count(b"\n", pos, start)
         pos = start
-        starts.append(start)
         numbers.append(line)
-        at = find(mark, at + len(mark), b)
     return starts, numbers, line - lineno + count(b"\n", pos, b)
+
+
+def _learned_marks_in(scanner: LogScanner, buf: bytearray, a: int, b: int) -> bool:
+    return any(buf.find(mark, a, b) >= 0 for mark in scanner.stats_marks.learned)
 
 
 def _hold(scanner: LogScanner, buf: bytearray, starts: list[int], numbers: list[int], s: int, before: int,

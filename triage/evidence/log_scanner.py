@@ -26,7 +26,7 @@ from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK
                            FRAME, FRAME_TAIL, INLINE_FRAME, REQUEST_REJECTED, is_request_log, short_path)
 from .log_stats_window import RawStats, StatsWindow
 from .logline import LogLine, parse_line
-from .repeats import NoiseMarkers, RepeatBuckets, clock_key, family, traceback_family
+from .repeats import NoiseMarkers, RepeatBuckets, StatsMarkers, clock_key, family, traceback_family
 from .signatures import match_message, pool_detail
 from .torch_oom import is_complete, parse_torch_oom
 
@@ -87,6 +87,7 @@ class LogScanner:
         self.quiet_line = -1             # the last fed line that made no record
         self.repeated_tb: int | None = None   # first line of a traceback just closed as a repeat (see learn_block)
         self.noise = NoiseMarkers()
+        self.stats_marks = StatsMarkers()
         self.admissions = False          # an admission line was seen while serving: count them per chunk
         self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
         self.pid_tokens: dict[bytes, int] = {}   # their "pid=N" spellings, for the prefilter's counts
@@ -322,6 +323,12 @@ class LogScanner:
         """An admission line met while serving (says nothing new): from now on counted per chunk."""
         self.admissions = True
         return True
+
+    def learn_stats_mark(self, raw: bytes | bytearray) -> None:
+        """`raw` is a stats line no known mark is in: learn how its message starts."""
+        if not any(mark in raw for mark in self.stats_marks.markers):
+            message = parse_line(raw.decode("utf-8", errors="replace"), self.ctx.times).message
+            self.stats_marks.learn(message.encode("utf-8"))
 
     def hold_stats(self, lineno: int, raw: bytes | bytearray) -> None:
         """A stats line met while serving, kept unparsed (counted now, parsed if still kept)."""

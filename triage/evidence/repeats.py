@@ -254,3 +254,39 @@ class NoiseMarkers:
             marker = bytes(max(stretches, key=len).strip())
             if len(marker) >= 24 and marker not in self.markers:
                 self.markers.append(marker)
+
+
+# The leading words of a stats line's message, up to its first number ("Decode batch. #running-req: ").
+_LEADING_WORDS = re.compile(rb"[^\d\r\n]{16,}")
+MAX_STATS_MARKERS = 4
+MAX_STATS_TRIES = 64
+
+
+class StatsMarkers:
+    """The marks of stats lines: vLLM's STATS_MARK, and the leading words of other engines' stats
+    lines (SGLang's "Decode batch. #running-req: "), learned from lines a stats signature matched
+    while serving (at most MAX_STATS_MARKERS, from at most MAX_STATS_TRIES lines). The serving
+    fast path counts a chunk's lines holding one as stats lines, held raw without a Python look at
+    each; one that holds a learned mark only while the prefilter finds no line in the chunk that
+    could make a record of its own (log_fast_path.serving_scan)."""
+
+    def __init__(self) -> None:
+        self.markers: tuple[bytes, ...] = (STATS_MARK,)
+        self.tries = 0
+
+    @property
+    def learned(self) -> tuple[bytes, ...]:
+        return self.markers[1:]
+
+    def learn(self, message: bytes) -> None:
+        """`message` (a line's message, its prefix cut) is a stats line's: remember how it starts."""
+        if len(self.markers) > MAX_STATS_MARKERS or self.tries >= MAX_STATS_TRIES:
+            return
+        self.tries += 1
+        m = _LEADING_WORDS.match(message.lstrip())
+        if m is None:
+            return
+        mark = m.group(0)
+        # a mark inside another, or holding one, adds nothing
+        if not any(mark in known or known in mark for known in self.markers):
+            self.markers += (mark,)
