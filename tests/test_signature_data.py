@@ -42,6 +42,38 @@ def test_compiled_form_is_current():
     assert doc["signatures"] == sigdata.compiled_form(RAW)
 
 
+def test_the_stored_guard_finder_is_the_one_built_now_and_finds_what_substring_tests_find():
+    from triage.evidence import guard_trie, signatures
+
+    stored = sigdata.compiled_guard_finder()
+    assert stored == guard_trie.finder_source(signatures._BY_GUARD)
+    index = signatures._GuardIndex(signatures._BY_GUARD, trie_after=0, stored=stored)
+    plain = signatures._GuardIndex(signatures._BY_GUARD, trie_after=10**9)
+    lines = [example["line"] if isinstance(example, dict) else example
+             for item in RAW for example in item["examples"] + item.get("counter_examples", [])]
+    assert len(lines) > 500
+    for line in lines:
+        assert index(line) == plain(line), line
+    assert index.finder is not None and plain.finder is None
+
+
+def test_a_guard_finder_written_by_other_code_is_not_used(tmp_path):
+    import json
+
+    from triage.evidence import guard_trie
+
+    (tmp_path / "signatures.yaml").write_bytes(sigdata.DATA.read_bytes())
+    doc = json.loads(sigdata.COMPILED.read_text(encoding="utf-8"))
+    doc["guard_finder"] = {"stamp": "crc32:00000000:1", "source": "(?=(x))"}
+    (tmp_path / "signatures.compiled.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert sigdata.compiled_guard_finder(tmp_path / "signatures.yaml") is None
+    doc["guard_finder"]["stamp"] = guard_trie.code_stamp()
+    (tmp_path / "signatures.compiled.json").write_text(json.dumps(doc), encoding="utf-8")
+    sigdata._current.cache_clear()
+    assert sigdata.compiled_guard_finder(tmp_path / "signatures.yaml") == "(?=(x))"
+    sigdata._current.cache_clear()
+
+
 @pytest.mark.parametrize("item", RAW, ids=[i["id"] for i in RAW])
 def test_examples_match_and_counter_examples_do_not(item):
     entry = ENTRIES[item["id"]]

@@ -108,6 +108,13 @@ def seed(path: Path | None = None) -> int:
     return _seeded
 
 
+def holds(source: str, flags: int = 0) -> bool:
+    """Whether compiling `source` costs nothing here: the table's lazy part or re's cache has it."""
+    seed()
+    cache = _re_cache()
+    return (source, int(flags)) in _lazy or (cache is not None and (str, source, int(flags)) in cache)
+
+
 def compiled(source: str, flags: int = 0) -> re.Pattern[str]:
     """re.compile(source, flags), from the table's lazy part when it holds the pattern."""
     seed()
@@ -176,7 +183,7 @@ def _record(paths: list[str]) -> dict[str, list[tuple[str, int]]]:
         module.compiled = asked_for
         module._seeded = 0
     try:
-        from .evidence import signatures
+        from .evidence import guard_trie, signatures
         from .fastpath import run_classify
 
         for path in paths:
@@ -184,6 +191,7 @@ def _record(paths: list[str]) -> dict[str, list[tuple[str, int]]]:
                 run_classify([path], as_json=True)
         every_signature = [(sig.regex if isinstance(sig.regex, str) else sig.regex.pattern, 0)
                            for sig in signatures.SIGNATURES]
+        every_signature.append((signatures._GUARD_INDEX.source or guard_trie.finder_source(signatures._BY_GUARD), 0))
     finally:
         _compiler.compile = original
     return {"direct": list(direct), "asked": list(asked), "signatures": every_signature}

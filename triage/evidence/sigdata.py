@@ -99,12 +99,16 @@ def build(path: Path = DATA, out: Path = COMPILED) -> Path:
     """Check the data file and write its compiled JSON form (stamped with the YAML's digest),
     with the prefilter's anchors derived from it (stamped with the deriving code's digest)."""
     from .prefilter_anchors import code_stamp, derive
+    from . import guard_trie
 
     raw = load_raw(path)
     validate(raw)
     form = compiled_form(raw)
     anchors = {"stamp": code_stamp(), **derive(_entry(item) for item in form).to_json()}
-    out.write_text(json.dumps({"stamp": _digest(path), "signatures": form, "anchors": anchors},
+    guards = dict.fromkeys(g for item in form for g in item["guards"])
+    finder = {"stamp": guard_trie.code_stamp(), "source": guard_trie.finder_source(guards)}
+    out.write_text(json.dumps({"stamp": _digest(path), "signatures": form, "anchors": anchors,
+                               "guard_finder": finder},
                               ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     _current.cache_clear()
     entries.cache_clear()
@@ -128,6 +132,19 @@ def compiled_anchors(path: Path = DATA) -> Any:
     code's "stamp" and the literal groups (see prefilter_anchors.Anchors.to_json), or None."""
     doc = _current(path)
     return doc.get("anchors") if doc is not None else None
+
+
+def compiled_guard_finder(path: Path = DATA) -> str | None:
+    """The guard finder's text (guard_trie.finder_source) stored with the current compiled form,
+    when the code that wrote it is the code here now; else None."""
+    from . import guard_trie
+
+    doc = _current(path)
+    finder = doc.get("guard_finder") if doc is not None else None
+    if isinstance(finder, dict) and isinstance(finder.get("source"), str) \
+            and finder.get("stamp") == guard_trie.code_stamp():
+        return finder["source"]
+    return None
 
 
 @lru_cache(maxsize=1)

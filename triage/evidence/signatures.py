@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import rxcache
-from . import sigdata
+from . import guard_trie, sigdata
 from .extractors import (EXTRACTORS, Extractor, Fields, _int, argv_to_args,  # noqa: F401 (re-exported)
                          literal, parse_config_pairs)
 from .kinds import GPU_OOM_KINDS, HEALTHY_KINDS, NOT_GPU_KINDS, Kind
@@ -84,44 +84,31 @@ def pool_detail(text: str) -> Fields:
     return out
 
 # The guards present in a message select the signatures worth trying. A big log's lines are
-# searched for them in one pass: a regex shaped as the guards' trie, tried at every position (a
-# lookahead, so guards that overlap are all seen) and matching the longest guard there, whose
-# prefixes among the guards match there too; testing each of some 800 guards with `in` costs
-# ~70 us a line, the trie ~15 us. Compiling the trie costs ~18 ms (it pays back after some 330
-# lines), and most incident logs send a few hundred lines here: it is built only once a log has
-# sent TRIE_AFTER_LINES, so a small log never pays for it.
+# searched for them in one pass: a regex shaped as the guards' trie (guard_trie.py) finds the
+# longest guard at each position, whose prefixes among the guards are there too; testing each of
+# some 860 guards with `in` costs ~70 us a line, the trie ~15 us. The trie's text is stored with
+# the compiled signatures and its program in the pattern table (rxcache): with both it costs ~5 ms
+# to set up and is used after TRIE_AFTER_CACHED lines; without, building it costs ~25 ms more
+# and waits for TRIE_AFTER_LINES, so a small log never pays for it.
 _BY_GUARD: dict[str, list[int]] = {}
 for _i, _sig in enumerate(SIGNATURES):
     for _g in _sig.guards:
         _BY_GUARD.setdefault(_g, []).append(_i)
 TRIE_AFTER_LINES = 2000
-
-
-def _trie_regex(words: list[str]) -> str:
-    """The longest-match regex of a set of literals, shaped as their trie."""
-    trie: dict = {}
-    for word in words:
-        node = trie
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict) -> str:
-        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items()) if ch]
-        if not alts:
-            return ""
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        return f"(?:{body})?" if "" in node else body
-
-    return build(trie)
+TRIE_AFTER_CACHED = 64
 
 
 class _GuardIndex:
     """Which signatures' guards a message holds: plain substring tests for the first lines, the
-    trie once a log has proved long enough to pay for compiling it."""
+    trie once a log has proved long enough to pay for setting it up."""
 
-    def __init__(self, by_guard: dict[str, list[int]], trie_after: int = TRIE_AFTER_LINES):
+    def __init__(self, by_guard: dict[str, list[int]], trie_after: int | None = None,
+                 stored: str | None = None):
         self.by_guard = by_guard
+        self.source = stored if stored is not None else None
+        if trie_after is None:
+            ready = self.source is not None and rxcache.holds(self.source)
+            trie_after = TRIE_AFTER_CACHED if ready else TRIE_AFTER_LINES
         self.trie_after = trie_after
         self.plain = tuple(by_guard.items())
         self.calls = 0
@@ -138,14 +125,17 @@ class _GuardIndex:
         return {i for m in finder.finditer(msg) if m.group(1) for i in self.at_guard[m.group(1)]}
 
     def _build(self) -> re.Pattern[str]:
-        items = self.by_guard.items()
+        by_guard = self.by_guard
         # each guard -> the signatures of it and of every guard that is a prefix of it
-        self.at_guard = {g: frozenset(i for h, idx in items if g.startswith(h) for i in idx) for g in self.by_guard}
-        self.finder = re.compile("(?=(" + _trie_regex(list(self.by_guard)) + "))")
+        self.at_guard = {g: frozenset(i for k in range(1, len(g) + 1) for i in by_guard.get(g[:k], ()))
+                         for g in by_guard}
+        if self.source is None:
+            self.source = guard_trie.finder_source(by_guard)
+        self.finder = rxcache.compiled(self.source)
         return self.finder
 
 
-_GUARD_INDEX = _GuardIndex(_BY_GUARD)
+_GUARD_INDEX = _GuardIndex(_BY_GUARD, stored=sigdata.compiled_guard_finder())
 
 
 @lru_cache(maxsize=4096)
