@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from triage import rxcache
+from triage import rxcache, rxcache_build
 
 
 
@@ -69,7 +69,7 @@ def _write(path: Path, stamp, eager, lazy=None) -> Path:
 
 def test_a_table_stamped_by_another_interpreter_is_not_used(tmp_path, fresh_seed):
     text = r"Tried to allocate (\d+) MiB"
-    entry = rxcache.compile_entry(text, 0)
+    entry = rxcache_build.compile_entry(text, 0)
     other = (*rxcache.interpreter_stamp()[:2], (2, 7, 18), *rxcache.interpreter_stamp()[3:])
     assert rxcache.seed(_write(tmp_path / "t.marshal", other, [(text, 0, entry)])) == 0
     assert re.compile(text).search("Tried to allocate 20 MiB").group(1) == "20"
@@ -87,12 +87,12 @@ def test_a_program_the_matcher_refuses_is_skipped_and_the_pattern_compiles_as_us
     good_text = r"CUDA out of memory\. Tried to allocate (\S+)"
     bad_text = r"No available memory for the cache blocks"
     lazy_text = r"Killed process (\d+)"
-    bad = list(rxcache.compile_entry(bad_text, 0))
+    bad = list(rxcache_build.compile_entry(bad_text, 0))
     bad[1] = [99999] + bad[1][1:]       # an opcode that does not exist
-    lazy_bad = list(rxcache.compile_entry(lazy_text, 0))
+    lazy_bad = list(rxcache_build.compile_entry(lazy_text, 0))
     lazy_bad[1] = lazy_bad[1][:3]       # a program cut short
     eager = [(bad_text, 0, tuple(bad)), (b"bytes pattern", 0, (0, [1], 0, {}, (None,))), ("x", 0, "not an entry"),
-             (good_text, 0, rxcache.compile_entry(good_text, 0))]
+             (good_text, 0, rxcache_build.compile_entry(good_text, 0))]
     path = _write(tmp_path / "t.marshal", rxcache.interpreter_stamp(), eager,
                   {(lazy_text, 0): marshal.dumps(tuple(lazy_bad)), ("y", 0): b"\x00not marshal"})
     assert rxcache.seed(path) == 1
@@ -108,10 +108,10 @@ def test_a_missing_file_is_no_error(tmp_path, fresh_seed):
 
 def test_the_table_covers_what_classify_compiles_on_the_samples():
     # Stale is never wrong (a pattern missing from the table compiles as before), only slower: this
-    # says when `python -m triage.rxcache build` should be run again after a pattern changed.
+    # says when `python -m triage.rxcache_build build` should be run again after a pattern changed.
     eager, lazy = _table()
-    want_eager, want_lazy = rxcache.eager_and_lazy(rxcache.build_inputs())
+    want_eager, want_lazy = rxcache_build.eager_and_lazy(rxcache_build.build_inputs())
     have_eager = {(source, flags) for source, flags, _ in eager}
     missing = [s[:80] for s, f in want_eager if (s, f) not in have_eager] + \
               [s[:80] for s, f in want_lazy if (s, f) not in lazy]
-    assert not missing, f"run `python -m triage.rxcache build`: {len(missing)} patterns missing, e.g. {missing[:3]}"
+    assert not missing, f"run `python -m triage.rxcache_build build`: {len(missing)} patterns missing, e.g. {missing[:3]}"

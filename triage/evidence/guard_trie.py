@@ -4,7 +4,7 @@ It is tried at every position (a lookahead, so guards that overlap are all seen)
 longest guard there. Building its text from ~860 guards costs ~11 ms of Python and compiling it
 ~13 ms: `python -m triage.evidence.sigdata build` stores the text with the signatures' compiled
 JSON (stamped with this file, so a change here is never read through a stale text) and
-`python -m triage.rxcache build` the compiled program.
+`python -m triage.rxcache_build build` the compiled program.
 """
 from __future__ import annotations
 

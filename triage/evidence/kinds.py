@@ -46,6 +46,7 @@ class Kind(str, Enum):
     HOST_OOM_KILL = "host_oom_kill"            # kernel / cgroup OOM killer
     OOM_KILLED = "oom_killed"                  # Kubernetes OOMKilled / exit 137
     CHILD_KILLED = "child_killed"              # a worker/engine child died by SIGKILL (-9)
+    WORKER_VANISHED = "worker_vanished"        # a worker that handles its own exceptions died: killed or crashed
     XID = "xid"
     ILLEGAL_MEMORY_ACCESS = "illegal_memory_access"
     ECC_ERROR = "ecc_error"
@@ -85,7 +86,7 @@ STARTUP_CHECK_KINDS = frozenset({
 
 #: Failures that look like an OOM in a dashboard but are not GPU memory exhaustion.
 NOT_GPU_KINDS = frozenset({
-    Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
+    Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.WORKER_VANISHED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
     Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.SOFTWARE_FAULT, Kind.ERROR_NOT_MEMORY, Kind.CONTEXT_FULL,
 })

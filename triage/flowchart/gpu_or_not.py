@@ -23,8 +23,9 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 
 # Signals that follow a GPU OOM as its consequences (teardown, peers timing out). Which Xids are
 # consequences or only informational is data (triage/data/xids.yaml).
-_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.CUDA_ERROR.value, Kind.PROCESS_CRASH.value,
-                 Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value, Kind.ERROR_NOT_MEMORY.value}
+_CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.WORKER_VANISHED.value, Kind.CUDA_ERROR.value,
+                 Kind.PROCESS_CRASH.value, Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value,
+                 Kind.ERROR_NOT_MEMORY.value}
 
 
 class GpuAnswer(NamedTuple):
@@ -194,6 +195,7 @@ _LABELS = {
     "host_oom_kill": "the kernel OOM killer killed a process (host RAM)",
     "oom_killed": "the container was OOMKilled (host RAM limit, exit 137)",
     "child_killed": "an engine/worker process was killed by SIGKILL (-9)",
+    "worker_vanished": "a worker process died outside its own error handling (killed, or crashed in native code)",
     "xid": "an NVIDIA Xid event",
     "illegal_memory_access": "an illegal memory access (a kernel fault, not exhaustion)",
     "ecc_error": "an uncorrectable ECC error (hardware)",
