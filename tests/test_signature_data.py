@@ -45,8 +45,10 @@ def test_compiled_form_is_current():
 def test_the_stored_guard_finder_is_the_one_built_now_and_finds_what_substring_tests_find():
     from triage.evidence import guard_trie, signatures
 
-    stored = sigdata.compiled_guard_finder()
+    stored = sigdata.compiled_guard_finder(signatures._BY_GUARD)
     assert stored == guard_trie.finder_source(signatures._BY_GUARD)
+    # a table built from other entries (a leave-one-engine-out run) does not take it
+    assert sigdata.compiled_guard_finder(list(signatures._BY_GUARD)[1:]) is None
     index = signatures._GuardIndex(signatures._BY_GUARD, trie_after=0, stored=stored)
     plain = signatures._GuardIndex(signatures._BY_GUARD, trie_after=10**9)
     lines = [example["line"] if isinstance(example, dict) else example
@@ -60,17 +62,18 @@ def test_the_stored_guard_finder_is_the_one_built_now_and_finds_what_substring_t
 def test_a_guard_finder_written_by_other_code_is_not_used(tmp_path):
     import json
 
-    from triage.evidence import guard_trie
+    from triage.evidence import guard_trie, signatures
 
+    guards = signatures._BY_GUARD
     (tmp_path / "signatures.yaml").write_bytes(sigdata.DATA.read_bytes())
     doc = json.loads(sigdata.COMPILED.read_text(encoding="utf-8"))
-    doc["guard_finder"] = {"stamp": "crc32:00000000:1", "source": "(?=(x))"}
+    doc["guard_finder"] = {"stamp": "crc32:00000000:1", "guards": guard_trie.guards_digest(guards), "source": "(?=(x))"}
     (tmp_path / "signatures.compiled.json").write_text(json.dumps(doc), encoding="utf-8")
-    assert sigdata.compiled_guard_finder(tmp_path / "signatures.yaml") is None
+    assert sigdata.compiled_guard_finder(guards, tmp_path / "signatures.yaml") is None
     doc["guard_finder"]["stamp"] = guard_trie.code_stamp()
     (tmp_path / "signatures.compiled.json").write_text(json.dumps(doc), encoding="utf-8")
     sigdata._current.cache_clear()
-    assert sigdata.compiled_guard_finder(tmp_path / "signatures.yaml") == "(?=(x))"
+    assert sigdata.compiled_guard_finder(guards, tmp_path / "signatures.yaml") == "(?=(x))"
     sigdata._current.cache_clear()
 
 

@@ -38,6 +38,14 @@ def finder_source(guards: Iterable[str]) -> str:
     return "(?=(" + trie_regex(guards) + "))"
 
 
+def guards_digest(guards: Iterable[str]) -> str:
+    """What the finder's text depends on in the data: the set of guards (a table built from other
+    entries, as a leave-one-engine-out run builds, has another)."""
+    from ..datastamp import stamp
+
+    return stamp(["\0".join(sorted(set(guards))).encode("utf-8")])
+
+
 def code_stamp() -> str:
     """What a stored finder text depends on besides the guards: this file and the Python version."""
     from ..datastamp import stamp

@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..datafile import entry_label, shape_problem
 from ..datastamp import stamp
@@ -106,7 +106,8 @@ def build(path: Path = DATA, out: Path = COMPILED) -> Path:
     form = compiled_form(raw)
     anchors = {"stamp": code_stamp(), **derive(_entry(item) for item in form).to_json()}
     guards = dict.fromkeys(g for item in form for g in item["guards"])
-    finder = {"stamp": guard_trie.code_stamp(), "source": guard_trie.finder_source(guards)}
+    finder = {"stamp": guard_trie.code_stamp(), "guards": guard_trie.guards_digest(guards),
+              "source": guard_trie.finder_source(guards)}
     out.write_text(json.dumps({"stamp": _digest(path), "signatures": form, "anchors": anchors,
                                "guard_finder": finder},
                               ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
@@ -134,15 +135,16 @@ def compiled_anchors(path: Path = DATA) -> Any:
     return doc.get("anchors") if doc is not None else None
 
 
-def compiled_guard_finder(path: Path = DATA) -> str | None:
+def compiled_guard_finder(guards: Iterable[str], path: Path = DATA) -> str | None:
     """The guard finder's text (guard_trie.finder_source) stored with the current compiled form,
-    when the code that wrote it is the code here now; else None."""
+    when it was built from these guards by the code here now; else None."""
     from . import guard_trie
 
     doc = _current(path)
     finder = doc.get("guard_finder") if doc is not None else None
     if isinstance(finder, dict) and isinstance(finder.get("source"), str) \
-            and finder.get("stamp") == guard_trie.code_stamp():
+            and finder.get("stamp") == guard_trie.code_stamp() \
+            and finder.get("guards") == guard_trie.guards_digest(guards):
         return finder["source"]
     return None
 

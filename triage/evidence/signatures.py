@@ -135,7 +135,7 @@ class _GuardIndex:
         return self.finder
 
 
-_GUARD_INDEX = _GuardIndex(_BY_GUARD, stored=sigdata.compiled_guard_finder())
+_GUARD_INDEX = _GuardIndex(_BY_GUARD, stored=sigdata.compiled_guard_finder(_BY_GUARD))
 
 
 @lru_cache(maxsize=4096)
