@@ -192,3 +192,28 @@ def test_a_busy_healthy_servers_chatter_reaches_few_of_the_readers(tmp_path: Pat
         picked = sum(1 for line in lines if any(a in line for a in feed))
         assert len(lines) > 5_000
         assert picked / len(lines) < 0.02, (shape, picked, len(lines))
+
+
+def test_a_pid_token_that_is_never_a_process_prefix_is_given_up_but_a_new_process_is_still_found():
+    # Behind a journal prefix the reader does not take "(APIServer pid=1)" for a process prefix:
+    # after a few chunks in which it never was one, that token is searched past in C, not tried
+    # line by line in every chunk; a process that appears later is still seen.
+    from triage.evidence.prefilter import GIVE_UP, MAX_TRIES, new_pid_lines
+
+    line = b"Nov 20 12:00:45 node vllm[2231]: (APIServer pid=1) DEBUG 11-20 12:00:45 [loggers.py:1] tick\n"
+    fresh = b"(EngineCore_DP0 pid=412) INFO 11-20 12:00:46 [core.py:1] started\n"
+    tried: list[bytes] = []
+
+    def pid_of(raw: bytes):
+        tried.append(raw)
+        return 412 if raw.startswith(b"(EngineCore_DP0 pid=412)") else None
+
+    known: set[int] = set()
+    counted: dict[bytes, int] = {}
+    refused: dict[bytes, int] = {}
+    chunk = bytearray(line * 50)
+    for _ in range(20):
+        assert new_pid_lines(chunk, 0, len(chunk), known, counted, pid_of, refused) == []
+    assert len(tried) == GIVE_UP * MAX_TRIES and counted == {b"1": -1}
+    later = bytearray(line * 10 + fresh + line * 10)
+    assert new_pid_lines(later, 0, len(later), known, counted, pid_of, refused) == [10 * len(line)]

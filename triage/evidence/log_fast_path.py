@@ -70,7 +70,7 @@ def _pid_lines(scanner: LogScanner, buf: bytearray, a: int, b: int) -> list[int]
     """The lines of buf[a:b] that show a server process for the first time."""
     if len(scanner.pids) >= MAX_PIDS:
         return []
-    return prefilter.new_pid_lines(buf, a, b, scanner.pids, scanner.pid_tokens, scanner.pid_of)
+    return prefilter.new_pid_lines(buf, a, b, scanner.pids, scanner.pid_tokens, scanner.pid_of, scanner.pid_refusals)
 
 
 def _block_heads(scanner: LogScanner, buf: bytearray, a: int, b: int) -> list[int]:

@@ -91,6 +91,7 @@ class LogScanner:
         self.admissions = False          # an admission line was seen while serving: count them per chunk
         self.pids: set[int] = set()     # server PIDs already reported (first sighting only)
         self.pid_tokens: dict[bytes, int] = {}   # their "pid=N" spellings, for the prefilter's counts
+        self.pid_refusals: dict[bytes, int] = {}  # chunks in which a "pid=N" was no process prefix
         self.failed = False              # a failure record was made: 5xx access lines count from here
         self.errors = 0                  # access lines answered with a 5xx status since (see ERROR_MARK)
         self.first_error: tuple[int, bytes] | None = None   # the first one: (line number, line)

@@ -317,12 +317,14 @@ _JSON_PID = re.compile(rb'"process": ?(\d{1,18})(?![\d.eE])')
 
 
 def new_pid_lines(buf: bytearray, a: int, b: int, known: set[int], counted: dict[bytes, int],
-                  pid_of: Callable[[bytes], int | None]) -> list[int]:
+                  pid_of: Callable[[bytes], int | None], refused: dict[bytes, int] | None = None) -> list[int]:
     """Starts of the lines in buf[a:b] that show a server process not in `known` for the first
     time (each confirmed by `pid_of`, the reader's own parse). `counted` maps the pid tokens
     already reported to their pid: a chunk whose every "pid=" is one of them is answered by one
     C-level search. A token that is no process prefix here (a pid in a message, or behind a
-    syslog prefix) is tried on its first MAX_TRIES lines of each chunk only."""
+    syslog prefix) is tried on its first MAX_TRIES lines of each chunk only, and after GIVE_UP
+    chunks in which it never was one it joins `counted` as -1: searched past like a known one."""
+    refused = {} if refused is None else refused
     tokens: set[bytes] = set()
     if _unknown_pid(counted).search(buf, a, b):
         tokens = set(_PID.findall(buf, a, b))
@@ -335,13 +337,14 @@ def new_pid_lines(buf: bytearray, a: int, b: int, known: set[int], counted: dict
         json_form = token.startswith(b"json:")
         number = int(token[5:] if json_form else token)
         if number in known:
-            if not json_form and len(counted) < 16:
+            if not json_form and len(counted) < MAX_COUNTED:
                 counted[token] = number
             continue
         if json_form:
             found = (m.start() for m in _JSON_PID.finditer(buf, a, b) if m.group(1) == token[5:])
         else:
             found = _occurrences(buf, b"pid=" + token + b")", a, b)
+        seen = False
         for tries, at in enumerate(found):
             if tries >= MAX_TRIES:
                 break
@@ -349,11 +352,18 @@ def new_pid_lines(buf: bytearray, a: int, b: int, known: set[int], counted: dict
             end = buf.find(b"\n", at, b)
             if pid_of(bytes(buf[start:b if end < 0 else end])) == number:
                 out.append(start)
+                seen = True
                 break
+        if not seen and not json_form:
+            refused[token] = refused.get(token, 0) + 1
+            if refused[token] >= GIVE_UP and len(counted) < MAX_COUNTED:
+                counted[token] = -1
     return sorted(out)
 
 
 MAX_TRIES = 2
+GIVE_UP = 3
+MAX_COUNTED = 16
 
 
 @lru_cache(maxsize=64)
