@@ -73,6 +73,7 @@ class Tenant:
 
 @dataclass
 class Fit:
+    """How the card's memory was shared out at start-up, part by part, each with where it was read."""
     total: Part | None = None          # the card, as the engine measured it (else nvidia-smi)
     free: Part | None = None           # free when the engine started (its own start-up check)
     weights: Part | None = None        # per GPU, at the current tensor parallelism

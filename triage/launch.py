@@ -41,6 +41,7 @@ _MASKED = ("***", "**********", "<redacted>", "[REDACTED]", "REDACTED")
 
 @dataclass(frozen=True)
 class FlagSpec:
+    """What the launch-flag table knows of one flag: its kind, whether it is secret, its variable and version."""
     kind: str = "value"
     secret: bool = False
     env: str | None = None          # the variable the engine reads the same value from
@@ -51,6 +52,7 @@ class FlagSpec:
 
 @dataclass(frozen=True)
 class EngineFlags:
+    """One engine's launch flags: their specs, defaults, internal names and config-file spellings."""
     flags: dict[str, FlagSpec]
     defaults: dict[str, Any]
     internal: frozenset[str]
@@ -70,12 +72,14 @@ class EngineFlags:
 
 @dataclass(frozen=True)
 class Dropped:
+    """A launch argument left out of a rebuilt command line, and why."""
     arg: str
     why: str
 
 
 @dataclass(frozen=True)
 class MissingSecret:
+    """A secret launch argument the log shows only masked: the rebuilt command line needs it given again."""
     arg: str
     flag: str
     env: str | None                 # satisfied by this variable in launch.env / the environment

@@ -97,6 +97,7 @@ class EvidenceSet:
 
 @dataclass(frozen=True, eq=False)
 class Cause:
+    """A sub-cause of the verdict, with the evidence that names it."""
     id: str
     title: str
     evidence: tuple[Evidence, ...] = ()
@@ -115,6 +116,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Recommendation:
+    """One setting to change, from what to what, and why."""
     setting: str                     # a CLI flag name without dashes, or an env var
     from_value: Any
     to_value: Any
@@ -128,6 +130,7 @@ class Recommendation:
 
 @dataclass
 class Verdict:
+    """The answer: the class of OOM, how sure, the flowchart path taken, the causes, evidence and advice."""
     oom_class: OomClass
     confidence: float
     summary: str

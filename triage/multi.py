@@ -22,6 +22,7 @@ from .lazyre import lazy
 
 @dataclass
 class Group:
+    """The inputs of one incident bundle, classified together."""
     label: str                  # what the table and `bundle` call it: the bundle's path
     paths: list[str] = field(default_factory=list)
 
@@ -90,6 +91,7 @@ def _outside(root: Path, bundles: list[Path]) -> list[str]:
 
 @dataclass
 class Outcome:
+    """What classifying one bundle gave: its verdict, the warnings on its inputs, or why there is none."""
     group: Group
     verdict: object = None            # model.Verdict
     warnings: list[str] = field(default_factory=list)

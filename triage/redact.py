@@ -268,6 +268,7 @@ def mask_text(text: str) -> str:
 
 @dataclasses.dataclass
 class _Masker:
+    """One masking pass over an output document: the masked copy of each record met, each key masked once."""
     text: Callable[[str], str]
     prompts: bool                                   # mask the values of prompt-like keys whole
     seen: dict[int, Any] = dataclasses.field(default_factory=dict)   # id -> masked copy (shared records)

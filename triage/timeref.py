@@ -22,6 +22,7 @@ FUTURE_SKEW = timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class TimeReference:
+    """How year-less and zone-less log times are read: the year and zone assumed, and where each came from."""
     reference: datetime                  # aware; the latest plausible time of the evidence
     year_source: str                     # "incident.yaml", "--year", "file mtime", "today"
     tz: tzinfo = UTC                     # zone of year-less / zone-less stamps

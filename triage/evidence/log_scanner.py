@@ -44,6 +44,7 @@ MAX_PIDS = 256                  # distinct server PIDs reported per log (a fleet
 
 @dataclass
 class _Traceback:
+    """A Python traceback being read: its frames so far and where it started."""
     frames: list[tuple] = field(default_factory=list)       # (file, line, function[, source line])
     start_line: int = 0
     open: bool = False

@@ -88,6 +88,7 @@ _MONTHS = {m: i for i, m in enumerate(
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
+    """One log line with its prefixes read: the message, level, time, process and the rest."""
     message: str                 # the text after every prefix
     level: str | None            # logger level when the line carried one
     time: datetime | None        # UTC

@@ -363,6 +363,7 @@ class ConceptSample:
 
 @dataclass(frozen=True)
 class ConceptSamples:
+    """The samples of one concept read from an exposition, and the first line that did not parse."""
     samples: list[ConceptSample]
     error: Exception | None        # the first line that did not parse (None: all did)
 

@@ -55,6 +55,7 @@ def time_key(raw: bytes | bytearray, level: int) -> bytes | None:
 
 @dataclass
 class _Bucket:
+    """A run of one repeated record in one time bucket: its first line in full, how many, the last line."""
     key: bytes
     head: Evidence | None          # the full record of the bucket's first line (None: it did not parse)
     count: int = 1

@@ -52,6 +52,7 @@ class SignatureDataError(ValueError):
 
 @dataclass(frozen=True)
 class FieldSpec:
+    """How one field of a signature is read from its match: the group, type and unit."""
     name: str
     group: str | int | None
     type: str = "str"
@@ -61,6 +62,7 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class Entry:
+    """One entry of the signature data, as matching needs it (no prose, no examples)."""
     id: str
     kind: str
     engine: str

@@ -26,6 +26,7 @@ from .kinds import GPU_OOM_KINDS, HEALTHY_KINDS, NOT_GPU_KINDS, Kind
 
 @dataclass(frozen=True)
 class Signature:
+    """A signature ready to match: its kind, guards, pattern and extractor."""
     kind: Kind
     guards: tuple[str, ...]          # at least one must be a substring of the message
     regex: "str | re.Pattern[str]"   # compiled on first use: most runs need a handful of them

@@ -28,6 +28,7 @@ _ENGINE_KINDS = (Kind.ENGINE_VERSION, Kind.LAUNCH_CONFIG, Kind.STATS, Kind.KV_PO
 
 @dataclass
 class Context:
+    """The evidence of one incident and what the flowchart's questions worked out from it."""
     ev: EvidenceSet
     notes: list[str] = field(default_factory=list)
     derived_anchor: Evidence | None = None     # set when the OOM is derived from numbers, not stated
