@@ -54,7 +54,7 @@ def test_no_case_from_a_reserved_or_already_used_thread():
 # Held-out cases that were false alarms or GPU/not-GPU misroutes when they arrived (with the rules
 # of the day before and after), left unread: reading one to fix it would make the held-out figure a
 # training figure. Any other false alarm or misroute fails.
-KNOWN_HELD_OUT_FALSE_ALARMS = {"no_oom-o-009"}
+KNOWN_HELD_OUT_FALSE_ALARMS = {"no_oom-o-009", "no_oom-x-005"}
 KNOWN_HELD_OUT_MISROUTES = {"prefix_cache-t-001", "not_gpu_oom-v-027"}
 
 
