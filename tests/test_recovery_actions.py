@@ -100,6 +100,13 @@ def test_a_confirmed_server_brings_its_whole_tree(procs):
     assert result.processes[1].why == f"child of APIServer {root.pid}"
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -398,6 +405,9 @@ def test_stop_server_also_stops_children_started_since_identification(procs, tmp
     assert ident.pids == [root.pid]                                  # no child yet
     assert wait_until(lambda: _children(root.pid), 5)
     (child,) = _children(root.pid)
+    # A child seen between fork and exec still shows its parent's command line; stop_server rightly
+    # refuses a pid whose identity changes under it, so the test waits for the exec to be done.
+    assert wait_until(lambda: "subprocess" not in _cmdline(child), 5)
     out = stop.stop_server(step("stop_server", grace_s=2), ctx_for(tmp_path, ident), Deadline(10))
     assert out.result == "ok", out.output
     assert f"SIGTERM {child}" in out.output and "started since the server was identified" in out.output
