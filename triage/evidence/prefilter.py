@@ -317,14 +317,14 @@ _JSON_PID = re.compile(rb'"process": ?(\d{1,18})(?![\d.eE])')
 
 
 def new_pid_lines(buf: bytearray, a: int, b: int, known: set[int], counted: dict[bytes, int],
-                  pid_of: Callable[[bytes], int | None], refused: dict[bytes, int] | None = None) -> list[int]:
+                  pid_of: Callable[[bytes], int | None], refused: dict[bytes, int]) -> list[int]:
     """Starts of the lines in buf[a:b] that show a server process not in `known` for the first
     time (each confirmed by `pid_of`, the reader's own parse). `counted` maps the pid tokens
     already reported to their pid: a chunk whose every "pid=" is one of them is answered by one
     C-level search. A token that is no process prefix here (a pid in a message, or behind a
     syslog prefix) is tried on its first MAX_TRIES lines of each chunk only, and after GIVE_UP
-    chunks in which it never was one it joins `counted` as -1: searched past like a known one."""
-    refused = {} if refused is None else refused
+    chunks in which it never was one (counted per token in `refused`) it joins `counted` as -1:
+    searched past like a known one."""
     tokens: set[bytes] = set()
     if _unknown_pid(counted).search(buf, a, b):
         tokens = set(_PID.findall(buf, a, b))

@@ -106,7 +106,7 @@ class _GuardIndex:
     def __init__(self, by_guard: dict[str, list[int]], trie_after: int | None = None,
                  stored: str | None = None):
         self.by_guard = by_guard
-        self.source = stored if stored is not None else None
+        self.source = stored
         if trie_after is None:
             ready = self.source is not None and rxcache.holds(self.source)
             trie_after = TRIE_AFTER_CACHED if ready else TRIE_AFTER_LINES
