@@ -367,3 +367,38 @@ def test_sglang_takes_its_fraction_of_the_memory_free_after_context_and_distribu
         held = e.CUDA_CONTEXT + (e.NCCL_SETUP if tp > 1 else 0)
         assert o.figures["budget"].value == int(0.85 * (gpu.memory - held))
         assert o.pool == o.figures["budget"].value - o.figures["weights_per_gpu"].value
+
+
+def _qwen2_vl_on_16gib(version: str):
+    shape = model_config.load(str(ROOT / "tests/plan_validation/models/Qwen2-VL-2B-Instruct/config.json"))
+    gpu = resolve(str(int(15.99 * (1 << 30))))
+    req = Request(max_model_len=4096, util=0.8, enforce_eager=True)
+    return shape, evaluate(shape, gpu, req, sizing("vllm", version))
+
+
+def test_a_qwen_vl_tower_rotating_in_fp32_peaks_in_its_attention_with_the_fp32_pixels_held():
+    """vLLM 0.10.2 rotates a Qwen2-VL tower's q and k one at a time through fp32 copies
+    (qwen2_vl.py:275-284) while the qkv output and contiguous q, k, v are alive: 12 x the tower's
+    width a patch, over the MLP's 2 x 5,120 + 2 x 1,280; the processor's fp32 pixels stay on the
+    GPU. From 0.15.0 the rotation runs in the activation dtype and the MLP is the larger again.
+    A real 0.10.2 start-up (tests/plan_validation/...-rtx4080-eager.yaml) printed 2.36 GiB for
+    the peak and 6.27 GiB for the KV cache."""
+    shape, old = _qwen2_vl_on_16gib("0.10.2")
+    v = shape.vision
+    assert (v.patches_per_item, v.hidden, v.pixel_bytes_per_patch) == (65_536, 1_280, 4 * 3 * 2 * 14 * 14)
+    encoder = 65_536 * 12 * 1_280 * 2 + 65_536 * v.pixel_bytes_per_patch + 16_384 * shape.hidden * 2
+    assert old.figures["profile_peak"].value == encoder
+    assert "rotated fp32" in old.figures["profile_peak"].basis
+    case = yaml.safe_load((ROOT / "tests/plan_validation/vllm-file-imageworks-qwen2-vl-2b-instruct-rtx4080-eager.yaml")
+                          .read_text())
+    printed = {p["quantity"]: p["value"] for p in case["printed"]}
+    assert old.figures["profile_peak"].value / (1 << 30) == pytest.approx(printed["activation_peak_gib"], rel=0.10)
+    assert old.pool / (1 << 30) == pytest.approx(printed["kv_cache_gib"], rel=0.10)
+    _, new = _qwen2_vl_on_16gib("0.33.0")
+    assert "MLP" in new.figures["profile_peak"].basis and new.figures["profile_peak"].value < encoder
+    assert new.pool > old.pool
+
+
+def test_every_release_says_how_a_vision_tower_rotates_with_its_source():
+    for rel in releases():
+        assert rel.vision_rotary.value in ("fp32", "fp32-concat", "native") and rel.vision_rotary.source, rel.version

@@ -72,6 +72,12 @@ class Vision:
     patches_per_item: int           # encoder sequence of the largest image
     tokens_per_item: int            # prompt tokens that image becomes
     basis: str
+    #: the attention rotates q and k (the Qwen-VL towers); how much that holds depends on the release's code
+    rotary: bool = False
+    #: ... and rotates them concatenated where the release does that for this tower (Qwen2.5-VL, Qwen3-VL)
+    concat_qk: bool = False
+    #: bytes of the input pixels per patch that stay on the GPU while the encoder runs
+    pixel_bytes_per_patch: int = 0
 
 
 @dataclass(frozen=True)
@@ -426,20 +432,30 @@ def _vision(raw: dict[str, Any], source: str, text_hidden: int) -> Vision | None
     depth = v.int("depth", "num_hidden_layers", "num_layers", most=MAX_LAYERS)
     patch = v.int("patch_size", "spatial_patch_size", default=14)
     model_type = str(raw.get("model_type") or "")
-    if model_type.startswith("qwen2") and "vl" in model_type:
+    if model_type.startswith(("qwen2", "qwen3")) and "vl" in model_type:
         merge = v.int("spatial_merge_size", default=2)
         temporal = v.int("temporal_patch_size", default=2)
-        gated = "intermediate_size" in cfg
-        inner = v.int("intermediate_size") if gated else int(width * (cfg.get("mlp_ratio") or 4))
-        out = v.int("out_hidden_size", default=text_hidden) if gated else v.int("hidden_size", default=text_hidden)
+        channels = v.int("in_channels", default=3)
+        # Qwen2-VL: fc1/fc2 of mlp_ratio x width; Qwen2.5-VL: a gated SiLU MLP; Qwen3-VL: fc1/fc2 of intermediate_size
+        gated = model_type.startswith("qwen2_5")
+        inner = v.int("intermediate_size") if "intermediate_size" in cfg else int(width * (cfg.get("mlp_ratio") or 4))
+        out = v.int("out_hidden_size", default=text_hidden) if "out_hidden_size" in cfg else \
+            v.int("hidden_size", default=text_hidden)
         merged = width * merge * merge
-        params = (3 * temporal * patch * patch * width
+        deepstack = len(cfg.get("deepstack_visual_indexes") or ())
+        params = (channels * temporal * patch * patch * width
                   + depth * (4 * width * width + 4 * width + (3 if gated else 2) * width * inner + 2 * width)
-                  + width + merged * merged + merged + merged * out + out)
-        # the image processor's default largest image: 12,845,056 pixels (16,384 tokens after merging)
-        patches = 12845056 // (patch * patch)
+                  + width + (1 + deepstack) * (merged * merged + merged + merged * out + out))
+        # the image processor's largest image: 12,845,056 pixels at 14-pixel patches (Qwen2/2.5-VL max_pixels),
+        # 16,777,216 at 16 (Qwen3-VL longest_edge): 65,536 patches, 16,384 tokens after merging either way
+        pixels = 12845056 if patch == 14 else 16777216
+        patches = pixels // (patch * patch)
+        # the processor's pixel values reach the GPU in fp32 (Qwen2VLImageProcessor returns float32) and stay
+        # referenced by the model's image input while the encoder runs (the tower casts its own copy)
+        pixel_bytes = 4 * channels * temporal * patch * patch
         return Vision(model_type, params, width, inner, depth, gated, patches, patches // (merge * merge),
-                      f"{depth} blocks of width {width}, largest image 12,845,056 pixels = {patches:,} patches")
+                      f"{depth} blocks of width {width}, largest image {pixels:,} pixels = {patches:,} patches",
+                      rotary=True, concat_qk=not model_type.startswith("qwen2_vl"), pixel_bytes_per_patch=pixel_bytes)
     inner = v.int("intermediate_size", default=4 * width)
     size = v.int("image_size", default=336)
     grid = (size // patch) ** 2

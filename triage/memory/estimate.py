@@ -65,6 +65,18 @@ CUDA_CONTEXT = int(0.55 * GiB)
 #: NCCL communicators and custom all-reduce buffers created before the profile's snapshot (vLLM >= 0.11): outside the
 #: budget. An estimate (the engines print no figure for it); NCCL_BUFFSIZE is 4 MiB a channel and peer.
 NCCL_SETUP = int(0.4 * GiB)
+#: What a Qwen-VL encoder block's attention holds at its peak, per patch, in multiples of the tower's width (16-bit
+#: elements): (kept whatever the tensor-parallel size, split across ranks), by how the release rotates q and k
+#: (vllm_releases.yaml `vision_rotary`). Always: the block input (1) and the qkv output, all-gathered across ranks and
+#: referenced until the block returns (3). Then per rank:
+#: - fp32 (vllm/model_executor/models/qwen2_vl.py:351-372, apply_rotary_pos_emb_vision :275-284, 0.10.2): q, k, v
+#:   made contiguous (3), then q and k one at a time through an fp32 copy (2) and an fp32 result (2) before the cast
+#:   back (1): 8;
+#: - fp32-concat (qwen2_5_vl.py:343-356, 0.11.0; Qwen2-VL keeps the fp32 way): q, k, v (3), q and k concatenated (2),
+#:   its fp32 copy (4), the fp32 result (4) and the cast (2): 15;
+#: - native (ApplyRotaryEmb in the activation dtype, qwen2_vl.py:325-380, 0.15.0-0.33.0): the concatenated q and k
+#:   (2) and the rotated result (2): 4.
+ROTARY_ATTENTION = {"fp32": (4, 8), "fp32-concat": (4, 15), "native": (4, 4)}
 #: CUDA graphs captured for up to 512 sequences: vLLM logged 0.39-1.12 GiB for 28-80 decoder layers.
 GRAPH_BYTES_PER_LAYER = 14 * MiB
 
@@ -114,21 +126,33 @@ def sampler_peak(shape: ModelShape, seqs: int, path: str = "nosort") -> Estimate
                            f"({SAMPLER_BASIS[path]})")
 
 
-def encoder_peak(shape: ModelShape, tp: int, act_bytes: float) -> tuple[Estimate, Estimate] | None:
+def encoder_peak(shape: ModelShape, tp: int, act_bytes: float,
+                 rotary: str = "native") -> tuple[Estimate, Estimate] | None:
     """The vision encoder's activations for the largest image, and the image's embeddings that stay
-    while the decoder runs; None without a vision encoder."""
+    while the decoder runs; None without a vision encoder. `rotary`: how the release rotates a Qwen-VL
+    tower's q and k (ROTARY_ATTENTION)."""
     v = shape.vision
     if v is None:
         return None
     width = (3 if v.gated else 2) * v.intermediate // tp + 2 * v.hidden
-    run = int(v.patches_per_item * width * act_bytes)
+    what = f"MLP {width:,}"
+    if v.rotary:
+        mode = "fp32" if rotary == "fp32-concat" and not v.concat_qk else rotary
+        fixed, per_rank = ROTARY_ATTENTION[mode]
+        attention = fixed * v.hidden + per_rank * v.hidden // tp
+        if attention > width:
+            width, what = attention, (f"attention {fixed} x {v.hidden:,} + {per_rank} x {v.hidden:,}"
+                                      f"{f'/{tp}' if tp > 1 else ''}, q and k rotated {mode}")
+    pixels = v.patches_per_item * v.pixel_bytes_per_patch
+    run = int(v.patches_per_item * width * act_bytes) + pixels
     kept = int(v.tokens_per_item * shape.hidden * act_bytes)
-    return (Estimate(run, f"{v.patches_per_item:,} patches x {width:,} x {act_bytes:g} bytes ({v.basis})"),
+    held = f" + the fp32 pixels {v.pixel_bytes_per_patch:,} bytes a patch" if pixels else ""
+    return (Estimate(run, f"{v.patches_per_item:,} patches x ({what}) x {act_bytes:g} bytes{held} ({v.basis})"),
             Estimate(kept, f"{v.tokens_per_item:,} image tokens x {shape.hidden:,} x {act_bytes:g} bytes"))
 
 
 def profile_peak(shape: ModelShape, tokens: int, seqs: int, tp: int, act_bytes: float,
-                 sampler: str = "nosort") -> Estimate:
+                 sampler: str = "nosort", rotary: str = "native") -> Estimate:
     """The profiling run's peak above the weights: the larger of the forward pass and the sampler
     (beside the hidden states the forward pass leaves), or the vision encoder's run when that is
     larger, plus the image embeddings kept for the decoder."""
@@ -138,7 +162,7 @@ def profile_peak(shape: ModelShape, tokens: int, seqs: int, tp: int, act_bytes: 
     larger = "forward pass" if fwd.bytes >= kept + smp.bytes else "sampler"
     basis = (f"the larger ({larger}) of the forward pass {fwd.basis} and the sampler {smp.basis} beside the "
              f"{tokens:,} x {shape.hidden:,} hidden states")
-    enc = encoder_peak(shape, tp, act_bytes)
+    enc = encoder_peak(shape, tp, act_bytes, rotary)
     if enc is None:
         return Estimate(decoder, basis)
     run, kept = enc

@@ -39,6 +39,7 @@ class Sizing:
     mla_head_size: str | int | None = None
     non_torch: str = "dist"         # what the profile charges: device | context | dist
     sampler: str = "nosort"         # the profile's top-k / top-p filter: sort | nosort
+    vision_rotary: str = "native"   # how a Qwen-VL tower rotates q and k: fp32 | fp32-concat | native
     release: Release | None = None
     sglang_rule: str = "reserved"   # SGLANG_RELEASES: how this SGLang release sets its defaults
     sources: dict[str, str] = field(default_factory=dict)
@@ -160,8 +161,8 @@ def sizing(engine: str, version: str | None) -> Sizing:
     return Sizing("vllm", version or rel.version, note, v1=rel.v1, graphs_in_budget=bool(rel.graphs_in_budget.value),
                   windows=bool(rel.hybrid_kv.value), default_util=float(rel.default_util.value),
                   mla=bool(rel.mla.value), mla_head_size=rel.mla_head_size, non_torch=str(rel.non_torch.value),
-                  sampler=str(rel.sampler.value), release=rel,
+                  sampler=str(rel.sampler.value), vision_rotary=str(rel.vision_rotary.value), release=rel,
                   sources={"gpu_memory_utilization": rel.default_util.source, "batch_defaults": rel.batch_source,
                            "cuda_graphs": rel.graphs_in_budget.source, "sliding_window": rel.hybrid_kv.source,
                            "mla": rel.mla.source, "non_torch": rel.non_torch.source,
-                           "sampler": rel.sampler.source})
+                           "sampler": rel.sampler.source, "vision_rotary": rel.vision_rotary.source})

@@ -176,7 +176,7 @@ def evaluate(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing) -> Outco
     kvl = layout(shape, kv_size, tp=req.tp, pp=req.pp, block=1 if sg else 16, windows=sizing.windows,
                  mla=sg or sizing.mla, mla_head_size=sizing.mla_head_size)
     sampled = min(seqs, tokens) if sizing.engine == "vllm" else min(seqs, 256)
-    peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size, sampler_path(req, sizing))
+    peak = estimate.profile_peak(shape, tokens, sampled, req.tp, size, sampler_path(req, sizing), sizing.vision_rotary)
     basis = "dist" if sg else sizing.non_torch
     fixed_out = estimate.outside_budget(gpus, basis)
     if sg:
@@ -391,7 +391,8 @@ def make_plan(shape: ModelShape, gpu: Gpu, req: Request, sizing: Sizing, model_a
 def assumptions(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> list[str]:
     size, size_why, _, qwhy, kv_size, kv_why = precision(shape, req)
     out = [f"engine: {sizing.label}"]
-    out += [f"{what}: {src}" for what, src in sizing.sources.items()]
+    out += [f"{what}: {src}" for what, src in sizing.sources.items()
+            if what != "vision_rotary" or (shape.vision and shape.vision.rotary)]
     out += [f"weights in {size_why}" + (f"; quantised: {qwhy}" if qwhy else ""),
            f"KV cache in {kv_why}: {kv_size:g} bytes per element",
            "KV blocks of 16 tokens (vLLM's default)" if sizing.engine == "vllm" else "KV pages of one token (SGLang)"]
@@ -416,7 +417,9 @@ def assumptions(shape: ModelShape, o: Outcome, req: Request, sizing: Sizing) -> 
     if o.kv.window and not sizing.windows:
         out.append("sliding-window layers get a full KV cache (this vLLM version has no hybrid KV allocator)")
     if shape.vision:
-        out.append(f"vision encoder: {shape.vision.basis} (estimated)")
+        out.append(f"vision encoder: {shape.vision.basis} (estimated)"
+                   + (f"; its attention's q and k rotated {sizing.vision_rotary} (vision_rotary above)"
+                      if shape.vision.rotary and sizing.engine == "vllm" else ""))
     if o.gpu.estimated:
         out.append(f"{o.gpu.name}: memory {gib(o.gpu.memory)} estimated, not seen in a log")
     out.append("estimated, with their basis: the profiling peak, non-torch memory and CUDA graphs, and so what "

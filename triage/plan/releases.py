@@ -17,6 +17,7 @@ from ..paths import data_file
 DATA = data_file("vllm_releases.yaml")
 NON_TORCH_BASES = ("device", "context", "dist")
 SAMPLER_PATHS = ("sort", "nosort")
+VISION_ROTARY = ("fp32", "fp32-concat", "native")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Release:
     non_torch: Fact
     sampler: Fact                    # the profile's top-k / top-p filter: sort | nosort
     chunked_tokens: int | None = None  # V0: max_num_batched_tokens a step with chunked prefill (None: 512)
+    vision_rotary: Fact = Fact("native", "")  # how a Qwen-VL tower rotates q and k: fp32 | fp32-concat | native
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -141,8 +143,11 @@ def _release(item: dict[str, Any]) -> Release:
     sampler = _fact(item, "sampler")
     if sampler.value not in SAMPLER_PATHS:
         raise ValueError(f"sampler must be one of {SAMPLER_PATHS}")
+    rotary = _fact(item, "vision_rotary")
+    if rotary.value not in VISION_ROTARY:
+        raise ValueError(f"vision_rotary must be one of {VISION_ROTARY}")
     mla = _fact(item, "mla")
     return Release(str(item["version"]), item["engine"] == "V1", _fact(item, "default_util"), tiers,
                    str(batch["source"]), _fact(item, "graphs_in_budget"), _fact(item, "hybrid_kv"), mla,
                    item["mla"].get("head_size"), non_torch, sampler,
-                   int(batch["chunked_tokens"]) if batch.get("chunked_tokens") is not None else None)
+                   int(batch["chunked_tokens"]) if batch.get("chunked_tokens") is not None else None, rotary)
