@@ -578,3 +578,50 @@ def test_configuration_lines_alone_are_a_lean_not_an_all_clear(tmp_path):
     verdict = _classify(tmp_path, READINGS["configuration lines alone lean healthy"][0])
     assert verdict.oom_class.value == "no_oom" and verdict.confidence < CONFIDENT
     assert any("rest of the start-up log" in a for a in verdict.attach)
+
+
+@pytest.mark.parametrize("log", [
+    "zsh: killed     python -m vllm.entrypoints.openai.api_server --model m\n",
+    "[ERROR] Worker (pid:25134) was sent SIGKILL! Perhaps out of memory?\n",
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': -11}\n",
+    "panic: runtime error: invalid memory address or nil pointer dereference\n",
+    "OSError: [Errno 28] No space left on device\n",
+    "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files.\n",
+    "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n",
+    ":0:rocdevice.cpp            :2992: 4026031038 us:  Callback: Queue 0x7d80 aborting with error : "
+    "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal address.\n",
+])
+def test_kills_crashes_and_broken_setups_in_their_runtimes_words_are_look_alikes(tmp_path, log):
+    """A shell's or supervisor's kill report, a crash signal in a launcher's exit code, a Go runtime
+    panic, a full disk, an unreachable model hub, a dead Ray actor, a ROCm access fault: none is
+    device memory running out, whatever words ("out of memory?", "memory") the line holds."""
+    assert _classify(tmp_path, log).oom_class.value == "not_gpu_oom"
+
+
+def test_cudnn_allocation_failure_is_device_memory_not_a_cudnn_fault(tmp_path):
+    log = ("INFO 05-01 10:00:00 [gpu_model_runner.py:1] Starting to load model m...\n"
+           "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED\n")
+    assert _classify(tmp_path, log).oom_class.value == "startup"
+
+
+@pytest.mark.parametrize("line", [
+    "ValueError: This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+    "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.",
+    "[2025-10-06 11:20:03] Input length (70000 tokens) exceeds the maximum allowed length (65530 tokens). "
+    "Use a shorter input or enable --allow-auto-truncate.",
+])
+def test_a_request_refused_for_its_length_shows_a_server_validating_requests(tmp_path, line):
+    v = _classify(tmp_path, line + "\n")
+    assert v.oom_class.value == "no_oom"
+
+
+def test_a_pool_too_small_for_one_page_is_a_startup_capacity_failure(tmp_path):
+    log = ("ValueError: 51.00 MiB is too small to build a pool from the page sizes\n"
+           "(attn.full_group=3.00 MiB, linear_attn/recurrent=9.00 MiB), even allowing each page to pad by 0%.\n")
+    assert _classify(tmp_path, log).oom_class.value == "startup"
+
+
+def test_an_executor_that_failed_to_initialise_on_an_oom_failed_at_startup(tmp_path):
+    log = ("[03/14/2026-18:47:16] [TRT-LLM] [RANK 3] [E] Failed to initialize executor on rank 3: CUDA out of memory. "
+           "Tried to allocate 896.00 MiB. GPU 3 has a total capacity of 79.10 GiB of which 477.88 MiB is free.\n")
+    assert _classify(tmp_path, log).oom_class.value == "startup"

@@ -61,6 +61,13 @@ _DATED_PREFIX = re.compile(
     r"(?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?=\[?[\w./<>-]+\.py:\d+\]))?"
     r"(?:\[(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+)\]\s?)?"
 )
+# Python logging's "asctime - name - LEVEL - [file.py:123 - ]msg" (lmdeploy, and wrappers that keep
+# the documented example format), as left once the time is peeled: "lmdeploy - INFO - base.py:177 - msg",
+# or without the logger name: "WARNING - msg".
+_NAMED_PREFIX = re.compile(
+    r"^(?:(?P<name>[\w.-]{1,40}) - )?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - "
+    r"(?:(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+) - )?"
+)
 # TGI (Rust tracing): "2024-02-21T10:28:11.366563Z ERROR text_generation_launcher: msg"
 _TRACING_PREFIX = re.compile(
     rf"^(?P<iso>{_ISO})\s+(?P<level>TRACE|DEBUG|INFO|WARN|ERROR)\s+(?P<target>[\w:]+):\s?"
@@ -217,6 +224,10 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     if m:
         t = times.resolve(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
         return _line(text[m.end():], m["level"], outer_time or t, process, pid, rank, m["file"], "vllm")
+    if outer_time is not None:
+        m = _NAMED_PREFIX.match(text)
+        if m:
+            return _line(text[m.end():], m["level"], outer_time, process, pid, rank, m["file"], "python")
     m = _TRACING_PREFIX.match(text)
     if m:
         return _line(text[m.end():], m["level"], _iso(m["iso"], times), process, pid, rank, m["target"], "tgi")

@@ -188,6 +188,10 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
     kinds = {k for k, _ in out}
     if Kind.CUDA_OOM in kinds and kinds & {Kind.TORCH_OOM, Kind.WARMUP_OOM, Kind.KV_POOL_OOM, Kind.LOAD_MODEL_OOM}:
         out = [(k, f) for k, f in out if k != Kind.CUDA_OOM]
+    # A line that only states it failed ("[ERROR] ...", "Error: ...") is read that way when no entry
+    # says what failed; where one does, the statement adds nothing but an unknown failure beside it.
+    if len(out) > 1 and any(k is Kind.EXCEPTION and "statement" in f for k, f in out):
+        out = [(k, f) for k, f in out if not (k is Kind.EXCEPTION and "statement" in f)]
     return _fold_failed_function(out)
 
 

@@ -49,8 +49,9 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         e is anchor or (e.source == anchor.source and e.line is not None and anchor.line is not None
                         and abs(e.line - anchor.line) <= SAME_FAILURE_LINES and not _restart_between(ctx, anchor, e)))]
     if checks:
-        engine = "vLLM" if ctx.engine in ("vllm", "unknown") else ctx.engine
-        return PhaseAnswer("startup", f"{engine}'s start-up memory check failed ({checks[0].kind} at {checks[0].where})",
+        # Name the engine only where the evidence names it: the same checks are worded by other engines too.
+        engine = {"vllm": "vLLM's", "unknown": "the engine's"}.get(ctx.engine, f"{ctx.engine}'s")
+        return PhaseAnswer("startup", f"{engine} start-up memory check failed ({checks[0].kind} at {checks[0].where})",
                            conf.DECISIVE, checks[:2])
     if anchor is ctx.derived_anchor and anchor.kind == Kind.KV_CAPACITY.value:
         # The failure was derived from the start-up KV sizing (a cache too small for max_model_len,
