@@ -625,3 +625,13 @@ def test_an_executor_that_failed_to_initialise_on_an_oom_failed_at_startup(tmp_p
     log = ("[03/14/2026-18:47:16] [TRT-LLM] [RANK 3] [E] Failed to initialize executor on rank 3: CUDA out of memory. "
            "Tried to allocate 896.00 MiB. GPU 3 has a total capacity of 79.10 GiB of which 477.88 MiB is free.\n")
     assert _classify(tmp_path, log).oom_class.value == "startup"
+
+
+def test_a_pinned_host_allocation_that_cuda_reports_out_of_memory_is_host_memory(tmp_path):
+    """TensorRT-LLM's pinned buffers are host RAM allocated through CUDA: "out of memory" from
+    cudaHostAlloc is the host's, while the same check on cudaMallocAsync is the GPU's."""
+    host = ("RuntimeError: [TensorRT-LLM][ERROR] CUDA runtime error in ::cudaHostAlloc(ptr, n, cudaHostAllocDefault): "
+            "out of memory (/src/tensorrt_llm/cpp/include/tensorrt_llm/runtime/tllmBuffers.h:145)\n")
+    assert _classify(tmp_path, host).oom_class.value == "not_gpu_oom"
+    device = host.replace("::cudaHostAlloc(ptr, n, cudaHostAllocDefault)", "::cudaMallocAsync(ptr, n, mCudaStream->get())")
+    assert _classify(tmp_path, device).oom_class.value != "not_gpu_oom"
