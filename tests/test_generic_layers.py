@@ -635,3 +635,23 @@ def test_a_pinned_host_allocation_that_cuda_reports_out_of_memory_is_host_memory
     assert _classify(tmp_path, host).oom_class.value == "not_gpu_oom"
     device = host.replace("::cudaHostAlloc(ptr, n, cudaHostAllocDefault)", "::cudaMallocAsync(ptr, n, mCudaStream->get())")
     assert _classify(tmp_path, device).oom_class.value != "not_gpu_oom"
+
+
+@pytest.mark.parametrize("log", [
+    "OSError: libnccl.so.2: cannot open shared object file: No such file or directory\n",
+    "Failed to initialize NVML: Driver/library version mismatch\n",
+    "error: unknown argument: --flash-attn-enable\n",
+    "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM: size mismatch for model.embed_tokens.weight\n",
+    "torch._C._distributed_c10d.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+    "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout\n",
+    "RuntimeError: Triton Error [CUDA]: device kernel image is invalid\n",
+    "Exception: Model not found: /models/foo\n",
+])
+def test_broken_setups_and_faults_stated_by_any_runtime_are_look_alikes(tmp_path, log):
+    assert _classify(tmp_path, log).oom_class.value == "not_gpu_oom"
+
+
+def test_wsl_failing_to_make_gpu_memory_resident_is_device_memory(tmp_path):
+    log = ("RuntimeError: CUDA driver error: device not ready\n"
+           "misc dxg: dxgk: dxgkio_make_resident: Ioctl failed: -12\n")
+    assert _classify(tmp_path, log).oom_class.value != "not_gpu_oom"
