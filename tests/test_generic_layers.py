@@ -655,3 +655,14 @@ def test_wsl_failing_to_make_gpu_memory_resident_is_device_memory(tmp_path):
     log = ("RuntimeError: CUDA driver error: device not ready\n"
            "misc dxg: dxgk: dxgkio_make_resident: Ioctl failed: -12\n")
     assert _classify(tmp_path, log).oom_class.value != "not_gpu_oom"
+
+
+@pytest.mark.parametrize("log", [
+    "2025-01-01T10:00:00.000000Z  INFO axum::serve: finished processing request latency=12 ms status=200\n",
+    "2025-01-01T10:00:00Z INFO  mistralrs_server: Serving on http://0.0.0.0:1234.\n",
+    " * Running on all addresses (0.0.0.0)\n",
+    "I0101 10:00:00.000000 1 server.cc:677] | tensorrt_llm | 1       | READY  |\n",
+    "Throughput: 10.5 requests/s, 5000.00 total tokens/s, 2500.00 output tokens/s\n",
+])
+def test_servers_up_or_answering_in_their_own_words_are_healthy(tmp_path, log):
+    assert _classify(tmp_path, log).oom_class.value == "no_oom"
