@@ -40,12 +40,15 @@ def parse_text(text: str, name: str = "server.log", ref: TimeReference = REF, pr
     ("    | [2025-03-10T15:07:20Z] ERROR 03-10 08:07:20 [core.py:302] ci", "ERROR", "core.py", None, "ci"),
     ("> ^[[0;36m(EngineCore_DP0 pid=738)^[[0;0m ^[[31mERROR^[[0m ^[[90m01-26 09:25:37^[[0m ^[[90m[core.py:935]^[[0m v",
      "ERROR", "core.py", "EngineCore_DP0", "v"),
-    # Python logging's "asctime - name - LEVEL - file:line - msg" (lmdeploy) and "asctime - LEVEL - msg"
+    # Python logging's "asctime - name - LEVEL - [file:line - ]msg" as lmdeploy writes it, and with the
+    # file and line for any logger; another program's bare "name - LEVEL - msg" keeps its words
     ("2025-08-04 10:20:15,118 - lmdeploy - INFO - base.py:177 - Building Model.", "INFO", "base.py", None,
      "Building Model."),
     ("2024-06-03 11:10:02,331 - lmdeploy - ERROR - TP process Rank[1] failed.", "ERROR", None, None,
      "TP process Rank[1] failed."),
-    ("2026-08-24 23:29:57,751 - WARNING - Request failed: x", "WARNING", None, None, "Request failed: x"),
+    ("2025-08-04 11:00:05,441 - app.worker - ERROR - worker.py:12 - boom", "ERROR", "worker.py", None, "boom"),
+    ("2025-08-04 11:00:05,441 - redis_client - INFO - Connected", "INFO", None, None,
+     "redis_client - INFO - Connected"),
 ])
 def test_prefixes_are_peeled(raw, level, file, process, message):
     line = parse_line(raw, REF)

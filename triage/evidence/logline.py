@@ -61,12 +61,13 @@ _DATED_PREFIX = re.compile(
     r"(?:\d{2}-\d{2}\s+\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?=\[?[\w./<>-]+\.py:\d+\]))?"
     r"(?:\[(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+)\]\s?)?"
 )
-# Python logging's "asctime - name - LEVEL - [file.py:123 - ]msg" (lmdeploy, and wrappers that keep
-# the documented example format), as left once the time is peeled: "lmdeploy - INFO - base.py:177 - msg",
-# or without the logger name: "WARNING - msg".
+# Python logging's "asctime - name - LEVEL - [file.py:123 - ]msg" as lmdeploy writes it, left once the
+# time is peeled: "lmdeploy - INFO - base.py:177 - msg". Peeled only for lmdeploy's logger or with the
+# file and line: any other program's "name - LEVEL - msg" keeps its words (an anchored entry written
+# for one engine's bare line must not read another program's message).
 _NAMED_PREFIX = re.compile(
-    r"^(?:(?P<name>[\w.-]{1,40}) - )?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - "
-    r"(?:(?P<file>[\w./<>-]+\.py):(?P<lineno>\d+) - )?"
+    r"^(?:lmdeploy - (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - (?:(?P<file>[\w./<>-]+\.py):\d+ - )?"
+    r"|[\w.-]{1,40} - (?P<level2>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - (?P<file2>[\w./<>-]+\.py):\d+ - )"
 )
 # TGI (Rust tracing): "2024-02-21T10:28:11.366563Z ERROR text_generation_launcher: msg"
 _TRACING_PREFIX = re.compile(
@@ -227,7 +228,8 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     if outer_time is not None:
         m = _NAMED_PREFIX.match(text)
         if m:
-            return _line(text[m.end():], m["level"], outer_time, process, pid, rank, m["file"], "python")
+            return _line(text[m.end():], m["level"] or m["level2"], outer_time, process, pid, rank,
+                         m["file"] or m["file2"], "python")
     m = _TRACING_PREFIX.match(text)
     if m:
         return _line(text[m.end():], m["level"], _iso(m["iso"], times), process, pid, rank, m["target"], "tgi")

@@ -190,7 +190,9 @@ def match_message(msg: str) -> list[tuple[Kind, Fields]]:
         out = [(k, f) for k, f in out if k != Kind.CUDA_OOM]
     # A line that only states it failed ("[ERROR] ...", "Error: ...") is read that way when no entry
     # says what failed; where one does, the statement adds nothing but an unknown failure beside it.
-    if len(out) > 1 and any(k is Kind.EXCEPTION and "statement" in f for k, f in out):
+    # A healthy reading of the same line (a request id, a start-up step) does not say what failed.
+    if any(k is Kind.EXCEPTION and "statement" in f for k, f in out) and \
+            any(k is not Kind.EXCEPTION and k not in HEALTHY_KINDS for k, _ in out):
         out = [(k, f) for k, f in out if not (k is Kind.EXCEPTION and "statement" in f)]
     return _fold_failed_function(out)
 

@@ -44,7 +44,7 @@ def assess(ctx: Context) -> GpuAnswer:
         if pinned is not None:
             return GpuAnswer("no", f"the failing allocation at {pinned.where} is pinned host memory (CPU cache / swap "
                                    "space), which CUDA reports as out of memory: a host RAM limit", [pinned, first])
-        earlier = [e for e in not_gpu if _is_root_cause(e) and _shortly_before(e, first)]
+        earlier = [e for e in not_gpu if _is_root_cause(e) and (_shortly_before(e, first) or _host_failure_restated(e, first))]
         if earlier:
             return GpuAnswer("no", f"{_label(earlier[0])} happened before the GPU OOM, which followed from it",
                              earlier[:3] + [first])
@@ -171,6 +171,17 @@ def _is_root_cause(e: Evidence) -> bool:
         # DCGM's gauge holds the *last* Xid ever seen, stamped with the scrape time: never a cause.
         return may_cause_oom(e.fields.get("code")) and e.fields.get("detail") != "reported by dcgm-exporter"
     return e.kind != Kind.HOST_MEMORY_GROWTH.value
+
+
+def _host_failure_restated(host: Evidence, oom: Evidence) -> bool:
+    """A host allocation that failed on the lines just before a GPU OOM reading, with no time on
+    either to order them: an engine restating the same failure (TensorRT-LLM explains any
+    exception holding "out of memory" as insufficient GPU memory, a pinned host buffer's included)."""
+    if host.kind != Kind.HOST_MEMORY_EXHAUSTED.value or host.source != oom.source:
+        return False
+    if host.line is None or oom.line is None or (host.time is not None and oom.time is not None):
+        return False
+    return 0 < oom.line - host.line <= SAME_FAILURE_LINES
 
 
 def _shortly_before(a: Evidence, b: Evidence) -> bool:
