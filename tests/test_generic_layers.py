@@ -90,6 +90,26 @@ def test_a_compose_service_prefix_is_peeled(raw, message):
     assert parse_line(raw, default_reference(2026)).message == message
 
 
+@pytest.mark.parametrize("raw", [
+    # journalctl's short format and rsyslog: the unit's own line follows "host prog[pid]: "
+    "Jun 01 10:00:07 gpu-node-3 python3[4121]: ERROR 06-01 10:00:07 [core.py:343] EngineCore failed to start.",
+    "Jun  1 10:00:07 gpu-node-3 docker[991]: #033[1;31mERROR#033[0m 06-01 10:00:07 [core.py:343] EngineCore failed to start.",
+    # kubectl logs --prefix (and stern): "[pod/NAME/CONTAINER] "
+    "[pod/vllm-0/vllm] ERROR 06-01 10:00:07 [core.py:343] EngineCore failed to start.",
+])
+def test_collector_envelopes_before_the_engines_own_prefix_are_peeled(raw):
+    line = parse_line(raw, default_reference(2026))
+    assert line.message == "EngineCore failed to start."
+    assert line.level == "ERROR" and line.time is not None
+
+
+def test_a_syslog_line_with_no_engine_prefix_keeps_its_program():
+    line = parse_line("Feb 01 14:25:31 host kernel: Out of memory: Killed process 4121 (python3)",
+                      default_reference(2026))
+    assert line.message == "Out of memory: Killed process 4121 (python3)"
+    assert (line.origin, line.file) == ("syslog", "kernel")
+
+
 def test_pipe_separated_python_logging_prefix_is_peeled():
     line = parse_line('2024-03-20 19:18:27 | ERROR | stderr |   File "/srv/worker.py", line 290, in <module>',
                       default_reference(2026))

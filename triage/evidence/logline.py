@@ -46,6 +46,7 @@ _ENVELOPES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^(?!(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s)[\w.-]{1,64}\s+\|\s"),
     re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)(?:,\s?ip=[\w.:-]{1,64})?\)\s?"),  # vLLM process prefix (Ray adds ", ip=")
     re.compile(r"^\[rank(?P<rank2>\d+)\]:"),                                   # torch.distributed
+    re.compile(r"^\[pod/[\w.-]{1,253}/[\w.-]{1,63}\]\s"),                          # kubectl logs --prefix
 )
 
 # vLLM logger: "LEVEL MM-DD HH:MM:SS [file.py:123] msg" (>=0.8) or "... file.py:123] msg" (<=0.7)
@@ -201,8 +202,19 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     outer_time: datetime | None = None
     process = None
     pid = rank = None
+    syslog_prog: str | None = None
     # Peel envelopes until none applies (bounded: each pass must consume something).
     for _ in range(8):
+        if syslog_prog is None:
+            # syslog / journalctl's "Jun 01 10:00:00 host prog[pid]: " is an envelope too: the program's
+            # own line (vLLM's logger prefix, a CRI line) follows it and is read as it would be bare.
+            m = _SYSLOG_PREFIX.match(text)
+            if m and m["mon"] in _MONTHS:
+                syslog_prog = m["prog"]
+                outer_time = outer_time or times.resolve(_MONTHS[m["mon"]], int(m["d"]), int(m["h"]),
+                                                         int(m["mi"]), int(m["s"]))
+                text = text[m.end():]
+                continue
         for env in _ENVELOPES:
             m = env.match(text)
             if not m or m.end() == 0:
@@ -252,10 +264,8 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
             except ValueError:
                 t = outer_time
         return _line(text[m.end():], None, t, process, pid, rank, None, "kernel")
-    m = _SYSLOG_PREFIX.match(text)
-    if m and m["mon"] in _MONTHS:
-        t = times.resolve(_MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
-        return _line(text[m.end():], None, outer_time or t, process, pid, rank, m["prog"], "syslog")
+    if syslog_prog is not None:
+        return _line(text, _sniff_level(text), outer_time, process, pid, rank, syslog_prog, "syslog")
     return _line(text, _sniff_level(text), outer_time, process, pid, rank, None, "plain")
 
 
