@@ -12,15 +12,25 @@ FEATURES = ("triage.timeline", "triage.postmortem", "triage.sim", "triage.recove
             # the shared memory arithmetic: only its precision table, unless a launch names a local model folder
             "triage.memory.config", "triage.memory.weights", "triage.memory.kv", "triage.memory.estimate")
 
+# The classify path ends with os._exit once its output is out (triage/fastpath.py exit_now): the
+# modules are listed there, or after a normal exit.
 PROBE = """
-import sys, runpy
+import os, sys, runpy
 sys.argv = ["triage", "classify", sys.argv[1], "--json"]
+def _report():
+    print("MODULES=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in {heavy}
+                                      or m.startswith({features}))), file=sys.stderr)
+    sys.stderr.flush()
+_exit = os._exit
+def _exit_reported(code):
+    _report()
+    _exit(code)
+os._exit = _exit_reported
 try:
     runpy.run_module("triage", run_name="__main__")
 except SystemExit:
     pass
-print("MODULES=" + ",".join(sorted(m for m in sys.modules if m.split(".")[0] in {heavy}
-                                  or m.startswith({features}))), file=sys.stderr)
+_report()
 """
 
 

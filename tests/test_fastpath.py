@@ -17,9 +17,18 @@ SAMPLE = ROOT / "samples" / "startup-kv-blowout-v1"
 LOG = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`.\n"
 
 CLICK = "import sys; sys.argv[0] = 'triage'; from triage.cli import main; main()"
+# The fast path ends with os._exit (no interpreter teardown): whether click was loaded is told
+# there, and on any other way out.
 FAST = """
-import sys
+import os, sys
 sys.argv[0] = "triage"
+_exit = os._exit
+def _told(code):
+    if "click" in sys.modules:
+        print("CLICK-LOADED", file=sys.stderr)
+        sys.stderr.flush()
+    _exit(code)
+os._exit = _told
 from triage.fastpath import main
 try:
     main()

@@ -27,7 +27,26 @@ def main() -> None:
         click_main()
         return
     paths, as_json = fast
-    sys.exit(run_classify(paths, as_json=as_json))
+    exit_now(run_classify(paths, as_json=as_json))
+
+
+def exit_now(code: int) -> None:
+    """End the process once its output is out, without the interpreter's teardown.
+
+    Tearing down ~180 modules (clearing their dictionaries, collecting what they held) costs
+    about a tenth of a cold classify and does nothing for a process that has written its answer:
+    the classify path leaves no file open, registers no exit handler and holds no temporary file.
+    The streams are flushed first; a reader that went away gets the SIGPIPE exit, as on the
+    click path. Should the flush fail otherwise (a full disk), the normal exit reports it."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os._exit(SIGPIPE_EXIT)
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code)
 
 
 def fast_classify_args(args: Sequence[str]) -> tuple[list[str], bool] | None:

@@ -111,7 +111,15 @@ class _GuardIndex:
             ready = self.source is not None and rxcache.holds(self.source)
             trie_after = TRIE_AFTER_CACHED if ready else TRIE_AFTER_LINES
         self.trie_after = trie_after
-        self.plain = tuple(by_guard.items())
+        # Before the trie: each guard filed under its first two characters, so a message tests only
+        # the guards that start with a pair it holds (about a third of the time of testing all of
+        # them with `in`); a guard shorter than that is always tested.
+        pairs: dict[str, list[tuple[str, list[int]]]] = {}
+        self.always: tuple[tuple[str, list[int]], ...] = tuple((g, ids) for g, ids in by_guard.items() if len(g) < 2)
+        for guard, indexes in by_guard.items():
+            if len(guard) >= 2:
+                pairs.setdefault(guard[:2], []).append((guard, indexes))
+        self.by_pair = {pair: tuple(entries) for pair, entries in pairs.items()}
         self.calls = 0
         self.finder: re.Pattern[str] | None = None
         self.at_guard: dict[str, frozenset[int]] = {}
@@ -121,9 +129,18 @@ class _GuardIndex:
         if finder is None:
             self.calls += 1
             if self.calls <= self.trie_after:
-                return {i for guard, indexes in self.plain if guard in msg for i in indexes}
+                return self._plain(msg)
             finder = self._build()
         return {i for m in finder.finditer(msg) if m.group(1) for i in self.at_guard[m.group(1)]}
+
+    def _plain(self, msg: str) -> set[int]:
+        found = {i for guard, indexes in self.always if guard in msg for i in indexes}
+        by_pair = self.by_pair
+        for pair in by_pair.keys() & {msg[k:k + 2] for k in range(len(msg) - 1)}:
+            for guard, indexes in by_pair[pair]:
+                if guard in msg:
+                    found.update(indexes)
+        return found
 
     def _build(self) -> re.Pattern[str]:
         by_guard = self.by_guard
