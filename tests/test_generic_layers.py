@@ -722,3 +722,43 @@ def test_gunicorn_killing_a_timed_out_worker_is_a_hang_not_the_host_oom_killer(t
 ])
 def test_start_up_ooms_told_by_lines_no_engine_entry_reads(tmp_path, log):
     assert _classify(tmp_path, log).oom_class.value == "startup"
+
+
+_LOOP_FRAMES = (
+    'ERROR 05-01 10:00:01 engine.py:158] Traceback (most recent call last):\n'
+    'ERROR 05-01 10:00:01 engine.py:158]   File "/usr/lib/vllm/engine/multiprocessing/engine.py", line 219, in run_engine_loop\n'
+    'ERROR 05-01 10:00:01 engine.py:158]     request_outputs = self.engine_step()\n'
+    'ERROR 05-01 10:00:01 engine.py:158]   File "/usr/lib/vllm/engine/llm_engine.py", line 1398, in step\n'
+    'ERROR 05-01 10:00:01 engine.py:158]     outputs = self.model_executor.execute_model(\n'
+    'ERROR 05-01 10:00:01 engine.py:158]   File "/usr/lib/vllm/model_executor/models/qwen2_vl.py", line 1200, in _merge_multimodal_embeddings\n'
+    'ERROR 05-01 10:00:01 engine.py:158]     raise ValueError(\n'
+    'ERROR 05-01 10:00:01 engine.py:158] ValueError: {message}\n')
+
+
+def test_an_engine_loop_that_raised_an_error_about_a_requests_input_died_of_it(tmp_path):
+    """The line alone leaves an input error to the front end; raised inside the serving loop, with
+    nothing served after, it is the engine's failure and names no memory: a lean to a look-alike."""
+    v = _classify(tmp_path, _LOOP_FRAMES.format(
+        message="Mismatch in `image` token count between text and `input_ids`. Got ids=[576] and text=[1]."))
+    assert (v.oom_class.value, v.confidence) == ("not_gpu_oom", 0.55)
+    # the same error speaking of memory or capacity is no stated cause of another kind
+    v = _classify(tmp_path, _LOOP_FRAMES.format(message="Not enough KV cache blocks left for the image tokens."))
+    assert v.oom_class.value == "unknown"
+
+
+def test_a_requests_error_the_server_served_on_after_is_not_the_incident(tmp_path):
+    log = ("INFO 05-01 10:00:00 engine.py:291] Added request chatcmpl-abc.\n"
+           "ERROR 05-01 10:00:01 serving_chat.py:158] Error in preprocessing prompt inputs\n"
+           "ERROR 05-01 10:00:01 serving_chat.py:158] Traceback (most recent call last):\n"
+           'ERROR 05-01 10:00:01 serving_chat.py:158]   File "/usr/lib/vllm/entrypoints/openai/serving_chat.py", '
+           "line 170, in create_chat_completion\n"
+           "ERROR 05-01 10:00:01 serving_chat.py:158]     conversation = await self._preprocess_chat(\n"
+           "ERROR 05-01 10:00:01 serving_chat.py:158] ValueError: Unknown part type: input_image\n"
+           'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n')
+    served = ("INFO 05-01 10:00:10 metrics.py:349] Avg prompt throughput: 120.0 tokens/s, Avg generation throughput: "
+              "30.0 tokens/s, Running: 3 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 12.0%, CPU KV "
+              "cache usage: 0.0%.\n"
+              'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n')
+    assert _classify(tmp_path, log + served).oom_class.value == "no_oom"
+    assert _classify(tmp_path, log).oom_class.value == "unknown"     # nothing after it: it may be the end
+

@@ -5,6 +5,7 @@ failure, which tracebacks belong to it, what the launch arguments were, the GPU'
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Mapping
@@ -16,6 +17,19 @@ from ..evidence.signatures import literal
 from ..model import Evidence, EvidenceSet
 from ..thresholds import FAILURE_TRACEBACK_LINES, STOP_AFTER_KILL_LINES
 
+# An exception type that states an error (not a wrapper of another one, a dead engine, memory, a
+# device, communication or a cancellation), and the words that keep an error's message from
+# counting as a stated cause other than memory (as in signatures.yaml `generic-stated-error-not-memory`,
+# less the words of a request's input).
+_STATED_ERROR_TYPE = re.compile(
+    r"(?:[\w.]{1,120}\.)?(?!(?:OutOfMemory|Memory|CudaOutOfMemory|Allocation|Alloc|Cuda|CUDA|Hip|HIP|Nccl|NCCL|"
+    r"EngineDead|MQEngineDead|AsyncEngineDead|EngineCore|EngineGenerate|Worker|Ray\w{0,20}Actor|ActorDied|Killed|"
+    r"Cancelled|BrokenPipe|Timeout|Connection)\w{0,40}(?:Error|Exception)$)[A-Z][A-Za-z0-9]{1,60}(?:Error|Exception)")
+_NOT_A_STATED_CAUSE = re.compile(
+    r"[Mm]emory|MEMORY|\bOOM\b|[Oo]ut of|[Aa]lloc|[Ss]pace|[Ee]nough|[Ii]nsufficient|[Cc]apacity|[Bb]locks?\b|"
+    r"[Cc]ache|KV|kv_|[Ll]imit|CUDA|cuda|HIP|NCCL|nccl|[Dd]evice|[Ee]xceed|[Ll]arger than|[Tt]oo (?:large|long|big|many)|"
+    r"[Ss]ee (?:the )?(?:root cause|above|stack|logs?|error)|[Oo]riginal (?:error|exception)|[Dd]ead\b|[Dd]ied|"
+    r"[Kk]illed|[Ss]ignal|[Tt]erminat|[Tt]imed? ?out|[Ww]orker|[Ee]ngine|[Pp]rocess|negative (?:dimension|size)")
 _ARG_PRIORITY = {"command line": 4, "non-default args": 3, "argparse namespace": 2, "launcher args": 2,
                  "server_args": 2, "engine config": 1}
 _FAILURE_TEXT_KINDS = {Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED,
@@ -40,8 +54,34 @@ class Context:
 
     @cached_property
     def not_gpu(self) -> list[Evidence]:
-        return _ordered([e for e in self.ev.of(*NOT_GPU_KINDS) if not self._engine_teardown(e)
+        return _ordered([e for e in [*self.ev.of(*NOT_GPU_KINDS), *self._loop_stated_errors] if not self._engine_teardown(e)
                          and not (e.kind == Kind.ERROR_NOT_MEMORY.value and self._served_after(e))])
+
+    @cached_property
+    def _loop_stated_errors(self) -> list[Evidence]:
+        """Tracebacks through an engine's serving loop that end in an error stating a cause with no
+        memory, device, communication or dead-process words: the loop itself raised it, so the
+        engine died of that error. The line-level reading (the `generic-stated-error-not-memory`
+        entry) leaves out errors about a request's input (its tokens, prompt, messages), which a
+        front end refuses while serving on; raised inside the loop they are the engine's failure.
+        Read as an error naming another cause (a lean), and dropped like one when the server went
+        on serving."""
+        from .frames import frames
+
+        vocabulary = None
+        out = []
+        for tb in self.ev.of(Kind.TRACEBACK):
+            exc, msg = tb.fields.get("exception"), tb.fields.get("message") or ""
+            if (not exc or exc in BENIGN_EXCEPTIONS or tb.fields.get("rejected_request") or len(msg) < 12
+                    or not _STATED_ERROR_TYPE.fullmatch(exc) or _NOT_A_STATED_CAUSE.search(f"{exc}: {msg}")):
+                continue
+            vocabulary = vocabulary or frames()
+            stack = [tuple(f) for f in tb.fields.get("frames", [])]
+            if any(vocabulary.is_runtime(f) for f in stack) and not any(vocabulary.is_startup(f) for f in stack):
+                out.append(Evidence(tb.source, tb.line, Kind.ERROR_NOT_MEMORY.value, f"{exc}: {msg}", tb.time,
+                                    {"exception": exc, "derived": "serving loop", "phase": tb.fields.get("phase")},
+                                    tb.seq))
+        return out
 
     def _served_after(self, rec: Evidence) -> bool:
         """The server went on serving after the error (an inference request answered, a busy stats
@@ -81,7 +121,7 @@ class Context:
         return _ordered([e for e in self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR)
                          if not (e.kind == Kind.TRACEBACK.value and (e.fields.get("exception") in BENIGN_EXCEPTIONS
                                                                      or e.fields.get("rejected_request")))
-                         and not (_level_only(e) and self._served_after(e))])
+                         and not (e.kind in (Kind.EXCEPTION.value, Kind.TRACEBACK.value) and self._served_after(e))])
 
     @property
     def any_failure(self) -> bool:
