@@ -103,6 +103,23 @@ def test_collector_envelopes_before_the_engines_own_prefix_are_peeled(raw):
     assert line.level == "ERROR" and line.time is not None
 
 
+@pytest.mark.parametrize("raw, message, level", [
+    # Xinference's "asctime name pid LEVEL msg", its own lines and the engines' it relays
+    ("2025-03-01 10:15:02,481 xinference.core.model 48377 ERROR    Model actor is out of memory.",
+     "Model actor is out of memory.", "ERROR"),
+    ("2025-03-01 10:15:02,481 vllm.engine.llm_engine 48377 INFO     # GPU blocks: 1234, # CPU blocks: 512",
+     "# GPU blocks: 1234, # CPU blocks: 512", "INFO"),
+    # a wrapper's "name - LEVEL - " in front of vLLM's own prefix
+    ("2024-06-01 10:00:00,123 - app - INFO - (EngineCore_DP0 pid=12) ERROR 05-01 10:00:00 [core.py:1] EngineCore failed to start.",
+     "EngineCore failed to start.", "ERROR"),
+    # ... but not in front of a bare message: another program's words keep its prefix
+    ("2024-06-01 10:00:00,123 - root - ERROR - Killed", "root - ERROR - Killed", "ERROR"),
+])
+def test_wrapper_logger_prefixes_are_peeled_where_they_are_known(raw, message, level):
+    line = parse_line(raw, default_reference(2026))
+    assert (line.message, line.level) == (message, level) and line.time is not None
+
+
 def test_a_syslog_line_with_no_engine_prefix_keeps_its_program():
     line = parse_line("Feb 01 14:25:31 host kernel: Out of memory: Killed process 4121 (python3)",
                       default_reference(2026))

@@ -68,8 +68,13 @@ _DATED_PREFIX = re.compile(
 # for one engine's bare line must not read another program's message).
 _NAMED_PREFIX = re.compile(
     r"^(?:lmdeploy - (?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - (?:(?P<file>[\w./<>-]+\.py):\d+ - )?"
-    r"|[\w.-]{1,40} - (?P<level2>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - (?P<file2>[\w./<>-]+\.py):\d+ - )"
+    r"|[\w.-]{1,40} - (?P<level2>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - (?P<file2>[\w./<>-]+\.py):\d+ - "
+    # Xinference's "%(asctime)s %(name)-12s %(process)d %(levelname)-8s %(message)s": a dotted logger
+    # name, the pid and the level, after the time (xinference/constants.py, XINFERENCE_LOG_FORMAT in 0.10-1.x)
+    r"|(?P<file3>[A-Za-z_][\w]*(?:\.[\w]+)*) +\d{1,8} (?P<level3>DEBUG|INFO|WARNING|ERROR|CRITICAL) +)"
 )
+# Python logging's "name - LEVEL - " of a wrapper, peeled only when an engine's own prefix follows.
+_RELAY_PREFIX = re.compile(r"[\w.-]{1,60} - (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - ")
 # TGI (Rust tracing): "2024-02-21T10:28:11.366563Z ERROR text_generation_launcher: msg"
 _TRACING_PREFIX = re.compile(
     rf"^(?P<iso>{_ISO})\s+(?P<level>TRACE|DEBUG|INFO|WARN|ERROR)\s+(?P<target>[\w:]+):\s?"
@@ -233,6 +238,17 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
         else:
             break
 
+    if outer_time is not None:
+        # A wrapper's own logger relaying the engine's lines ("app - INFO - INFO 05-01 ... [core.py:1] msg"):
+        # its prefix goes when the engine's own prefix follows it, and the engine's is read as on a bare line.
+        m = _RELAY_PREFIX.match(text)
+        if m and (_VLLM_AT.match(text, m.end()) or _COMMON.match(text, m.end()) and _COMMON.match(text, m.end()).end() > m.end()):
+            text = text[m.end():]
+            fast = _COMMON.match(text)
+            if fast and fast["pid"]:
+                process, pid = fast["proc"], whole(fast["pid"])
+                rank = whole(fast["rank"]) if fast["rank"] else rank
+                text = text[fast.end():]
     m = _VLLM_PREFIX.match(text)
     if m:
         t = times.resolve(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
@@ -240,8 +256,8 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     if outer_time is not None:
         m = _NAMED_PREFIX.match(text)
         if m:
-            return _line(text[m.end():], m["level"] or m["level2"], outer_time, process, pid, rank,
-                         m["file"] or m["file2"], "python")
+            return _line(text[m.end():], m["level"] or m["level2"] or m["level3"], outer_time, process, pid, rank,
+                         m["file"] or m["file2"] or m["file3"], "python")
     m = _TRACING_PREFIX.match(text)
     if m:
         return _line(text[m.end():], m["level"], _iso(m["iso"], times), process, pid, rank, m["target"], "tgi")
