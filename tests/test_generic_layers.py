@@ -779,3 +779,15 @@ def test_a_requests_error_the_server_served_on_after_is_not_the_incident(tmp_pat
     assert _classify(tmp_path, log + served).oom_class.value == "no_oom"
     assert _classify(tmp_path, log).oom_class.value == "unknown"     # nothing after it: it may be the end
 
+
+def test_an_oom_in_transformers_decoding_loop_is_serving(tmp_path):
+    log = ('Traceback (most recent call last):\n'
+           '  File "/usr/lib/python3.10/site-packages/transformers/generation/utils.py", line 2634, in _sample\n'
+           '    outputs = self(**model_inputs, return_dict=True)\n'
+           '  File "/usr/lib/python3.10/site-packages/transformers/models/llama/modeling_llama.py", line 1189, in forward\n'
+           '    logits = logits.float()\n'
+           'torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB. GPU 0 has a total capacity of '
+           '23.65 GiB of which 2.10 GiB is free. Process 4242 has 21.54 GiB memory in use. Of the allocated memory '
+           '20.98 GiB is allocated by PyTorch, and 120.05 MiB is reserved by PyTorch but unallocated.\n')
+    assert _classify(tmp_path, log).oom_class.value == "burst"
+
