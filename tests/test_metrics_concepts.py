@@ -145,10 +145,16 @@ def test_names_stay_importable_where_code_imports_them(module, names):
 
 def test_classify_of_a_log_loads_no_http_code():
     """HTTP is only needed for --metrics-url: the cold path of `classify` pays for none of it."""
-    code = ("import sys, runpy; sys.argv = ['triage', 'classify', sys.argv[1], '--json']\n"
+    # the classify path ends with os._exit once its output is out: the modules are listed there
+    code = ("import os, sys, runpy; sys.argv = ['triage', 'classify', sys.argv[1], '--json']\n"
+            "def report():\n"
+            "    print(sorted(m for m in sys.modules if m in ('triage.httpget', 'http.client', 'requests')), "
+            "file=sys.stderr)\n    sys.stderr.flush()\n"
+            "_exit = os._exit\n"
+            "def exit_reported(code):\n    report()\n    _exit(code)\n"
+            "os._exit = exit_reported\n"
             "try:\n    runpy.run_module('triage', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m in ('triage.httpget', 'http.client', 'requests')), "
-            "file=sys.stderr)")
+            "report()\n")
     log = ROOT / "samples" / "startup-kv-blowout-v1" / "logs" / "vllm.log"
     done = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True, timeout=60)
     assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr
