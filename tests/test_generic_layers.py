@@ -112,7 +112,10 @@ def test_collector_envelopes_before_the_engines_own_prefix_are_peeled(raw):
     # a wrapper's "name - LEVEL - " in front of vLLM's own prefix
     ("2024-06-01 10:00:00,123 - app - INFO - (EngineCore_DP0 pid=12) ERROR 05-01 10:00:00 [core.py:1] EngineCore failed to start.",
      "EngineCore failed to start.", "ERROR"),
-    # ... but not in front of a bare message: another program's words keep its prefix
+    # an engine's own logger given that layout by a wrapper's logging config
+    ("2024-06-01 10:00:00,123 - vllm.engine.llm_engine - INFO - # GPU blocks: 1234, # CPU blocks: 512",
+     "# GPU blocks: 1234, # CPU blocks: 512", "INFO"),
+    # ... but not in front of another program's bare message: its words keep their prefix
     ("2024-06-01 10:00:00,123 - root - ERROR - Killed", "root - ERROR - Killed", "ERROR"),
 ])
 def test_wrapper_logger_prefixes_are_peeled_where_they_are_known(raw, message, level):

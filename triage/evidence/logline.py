@@ -71,7 +71,12 @@ _NAMED_PREFIX = re.compile(
     r"|[\w.-]{1,40} - (?P<level2>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - (?P<file2>[\w./<>-]+\.py):\d+ - "
     # Xinference's "%(asctime)s %(name)-12s %(process)d %(levelname)-8s %(message)s": a dotted logger
     # name, the pid and the level, after the time (xinference/constants.py, XINFERENCE_LOG_FORMAT in 0.10-1.x)
-    r"|(?P<file3>[A-Za-z_][\w]*(?:\.[\w]+)*) +\d{1,8} (?P<level3>DEBUG|INFO|WARNING|ERROR|CRITICAL) +)"
+    r"|(?P<file3>[A-Za-z_][\w]*(?:\.[\w]+)*) +\d{1,8} (?P<level3>DEBUG|INFO|WARNING|ERROR|CRITICAL) +"
+    # a wrapper's logging config giving an engine's own logger the "name - LEVEL - " layout: the
+    # logger's name says whose message follows
+    r"|(?P<file4>(?:vllm|sglang|lmdeploy|tensorrt_llm|text_generation_server|xinference|llama_cpp|exllamav2|fastchat|"
+    r"transformers|torch|accelerate|deepspeed|mii|lightllm|mlc_llm)(?:\.\w+)*) - "
+    r"(?P<level4>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - )"
 )
 # Python logging's "name - LEVEL - " of a wrapper, peeled only when an engine's own prefix follows.
 _RELAY_PREFIX = re.compile(r"[\w.-]{1,60} - (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) - ")
@@ -256,8 +261,8 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
     if outer_time is not None:
         m = _NAMED_PREFIX.match(text)
         if m:
-            return _line(text[m.end():], m["level"] or m["level2"] or m["level3"], outer_time, process, pid, rank,
-                         m["file"] or m["file2"] or m["file3"], "python")
+            return _line(text[m.end():], m["level"] or m["level2"] or m["level3"] or m["level4"], outer_time, process,
+                         pid, rank, m["file"] or m["file2"] or m["file3"] or m["file4"], "python")
     m = _TRACING_PREFIX.match(text)
     if m:
         return _line(text[m.end():], m["level"], _iso(m["iso"], times), process, pid, rank, m["target"], "tgi")
