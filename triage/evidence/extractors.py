@@ -326,7 +326,7 @@ def _oom_killed(m: re.Match[str], msg: str) -> Fields:
 
 def _child_killed(m: re.Match[str], msg: str) -> Fields:
     gd = m.groupdict()
-    return {"process": gd.get("name") or gd.get("name2") or gd.get("name3"), "exit_code": -9}
+    return {"process": gd.get("name") or gd.get("name2") or gd.get("name3") or gd.get("name4"), "exit_code": -9}
 
 
 def _rss_growth(m: re.Match[str], msg: str) -> Fields:
