@@ -794,3 +794,16 @@ def test_an_oom_in_transformers_decoding_loop_is_serving(tmp_path):
            '20.98 GiB is allocated by PyTorch, and 120.05 MiB is reserved by PyTorch but unallocated.\n')
     assert _classify(tmp_path, log).oom_class.value == "burst"
 
+
+def test_a_kv_pool_oom_on_the_engines_own_warm_up_request_is_at_start_up(tmp_path):
+    """SGLang sends one warm-up request before it says it is up; its KV pool running out there is
+    a start-up failure, which the engine states. The same words while serving are a runtime OOM."""
+    oom = ('AssertionError: {"detail":"Out of memory even after retracting all other requests in the decode batch. '
+           'Aborting the last request."}\n')
+    warmup = ("[2026-05-01 10:03:55] Initialization failed. warmup error: Traceback (most recent call last):\n"
+              '  File "/usr/lib/sglang/srt/entrypoints/http_server.py", line 2501, in _execute_server_warmup\n'
+              '    assert res.status_code == 200, f"{res.text}"\n' + oom)
+    assert _classify(tmp_path, warmup).oom_class.value == "startup"
+    serving = "[2026-05-01 12:41:09 TP0] retract_decode: aborted last request 5c1f0e7a due to OOM\n"
+    assert _classify(tmp_path, serving).oom_class.value == "burst"
+

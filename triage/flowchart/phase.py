@@ -28,6 +28,23 @@ QUESTION = "Did it fail before the engine was serving?"
 RUNTIME_OOM_KINDS = frozenset({Kind.KV_POOL_OOM.value, Kind.POOL_LEAK.value, Kind.PREEMPTION.value})
 
 
+def _warmup_request_failed(ctx: Context, anchor: Evidence) -> Evidence | None:
+    """A start-up failure the engine states for its warm-up, on the lines around a runtime OOM
+    record (same source, within one failure's span) with no start-up completed between them."""
+    if anchor.line is None:
+        return None
+    for rec in ctx.ev.of(Kind.ENGINE_START_FAILED):
+        if rec.source != anchor.source or rec.line is None or abs(rec.line - anchor.line) > SAME_FAILURE_LINES:
+            continue
+        if rec.fields.get("stage") == "warmup" or "warmup" in (rec.text or "").lower() \
+                or "warm-up" in (rec.text or "").lower():
+            lo, hi = sorted((rec.line, anchor.line))
+            if not any(e.source == anchor.source and e.line is not None and lo <= e.line <= hi
+                       for e in ctx.ev.of(Kind.STARTUP_COMPLETE)):
+                return rec
+    return None
+
+
 class PhaseAnswer(NamedTuple):
     """The question's answer (a NamedTuple: read-only, and cheap to define on the cold path)."""
 
@@ -59,6 +76,13 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         return PhaseAnswer("startup", f"the failure follows the engine's start-up KV-cache sizing ({anchor.where}), "
                                       "a check that only runs while starting", conf.HIGH, [anchor])
     if anchor.kind in RUNTIME_OOM_KINDS:
+        warmup = _warmup_request_failed(ctx, anchor)
+        if warmup is not None:
+            # The serving loop's own out-of-memory, on the one request an engine sends itself before
+            # it says it is up (SGLang's and TGI's warm-up): the engine states its start failed.
+            return PhaseAnswer("startup", f"the serving loop ran out of KV-pool memory ({anchor.kind} at {anchor.where}) "
+                                          f"on the engine's own warm-up request: it says start-up failed ({warmup.where})",
+                               conf.HIGH, [anchor, warmup])
         engine = ctx.engine if ctx.engine != "unknown" else "the engine"
         return PhaseAnswer("runtime", f"{engine}'s own serving-loop out-of-memory message ({anchor.kind} at "
                                       f"{anchor.where}): it only happens while requests run", conf.HIGH, [anchor],
