@@ -326,7 +326,9 @@ def _oom_killed(m: re.Match[str], msg: str) -> Fields:
 
 def _child_killed(m: re.Match[str], msg: str) -> Fields:
     gd = m.groupdict()
-    return {"process": gd.get("name") or gd.get("name2") or gd.get("name3") or gd.get("name4"), "exit_code": -9}
+    # each wording of the kill names the process in its own group: name, name2, name3, ...
+    process = next((value for key, value in gd.items() if key.startswith("name") and value), None)
+    return {"process": process, "exit_code": -9}
 
 
 def _rss_growth(m: re.Match[str], msg: str) -> Fields:

@@ -247,13 +247,12 @@ def parse_line(raw: str, times: TimeReference) -> LogLine:
         # A wrapper's own logger relaying the engine's lines ("app - INFO - INFO 05-01 ... [core.py:1] msg"):
         # its prefix goes when the engine's own prefix follows it, and the engine's is read as on a bare line.
         m = _RELAY_PREFIX.match(text)
-        if m and (_VLLM_AT.match(text, m.end()) or _COMMON.match(text, m.end()) and _COMMON.match(text, m.end()).end() > m.end()):
-            text = text[m.end():]
-            fast = _COMMON.match(text)
-            if fast and fast["pid"]:
-                process, pid = fast["proc"], whole(fast["pid"])
-                rank = whole(fast["rank"]) if fast["rank"] else rank
-                text = text[fast.end():]
+        relayed = _COMMON.match(text, m.end()) if m else None    # matches only where vLLM's prefix follows
+        if relayed:
+            if relayed["pid"]:
+                process, pid = relayed["proc"], whole(relayed["pid"])
+                rank = whole(relayed["rank"]) if relayed["rank"] else rank
+            text = text[relayed.end():]
     m = _VLLM_PREFIX.match(text)
     if m:
         t = times.resolve(int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))

@@ -66,16 +66,15 @@ class Context:
         front end refuses while serving on; raised inside the loop they are the engine's failure.
         Read as an error naming another cause (a lean), and dropped like one when the server went
         on serving."""
-        from .frames import frames
+        from .frames import frames   # the frame vocabulary is read only when a stack must decide
 
-        vocabulary = None
         out = []
         for tb in self.ev.of(Kind.TRACEBACK):
             exc, msg = tb.fields.get("exception"), tb.fields.get("message") or ""
             if (not exc or exc in BENIGN_EXCEPTIONS or tb.fields.get("rejected_request") or len(msg) < 12
                     or not _STATED_ERROR_TYPE.fullmatch(exc) or _NOT_A_STATED_CAUSE.search(f"{exc}: {msg}")):
                 continue
-            vocabulary = vocabulary or frames()
+            vocabulary = frames()     # read once, then cached
             stack = [tuple(f) for f in tb.fields.get("frames", [])]
             if any(vocabulary.is_runtime(f) for f in stack) and not any(vocabulary.is_startup(f) for f in stack):
                 out.append(Evidence(tb.source, tb.line, Kind.ERROR_NOT_MEMORY.value, f"{exc}: {msg}", tb.time,

@@ -29,19 +29,19 @@ RUNTIME_OOM_KINDS = frozenset({Kind.KV_POOL_OOM.value, Kind.POOL_LEAK.value, Kin
 
 
 def _warmup_request_failed(ctx: Context, anchor: Evidence) -> Evidence | None:
-    """A start-up failure the engine states for its warm-up, on the lines around a runtime OOM
-    record (same source, within one failure's span) with no start-up completed between them."""
+    """A start-up failure the engine states for its warm-up (the entries that read one set
+    `stage: warmup`), on the lines around a runtime OOM record (same source, within one failure's
+    span) with no start-up completed between them."""
     if anchor.line is None:
         return None
     for rec in ctx.ev.of(Kind.ENGINE_START_FAILED):
-        if rec.source != anchor.source or rec.line is None or abs(rec.line - anchor.line) > SAME_FAILURE_LINES:
+        if rec.fields.get("stage") != "warmup" or rec.source != anchor.source or rec.line is None \
+                or abs(rec.line - anchor.line) > SAME_FAILURE_LINES:
             continue
-        if rec.fields.get("stage") == "warmup" or "warmup" in (rec.text or "").lower() \
-                or "warm-up" in (rec.text or "").lower():
-            lo, hi = sorted((rec.line, anchor.line))
-            if not any(e.source == anchor.source and e.line is not None and lo <= e.line <= hi
-                       for e in ctx.ev.of(Kind.STARTUP_COMPLETE)):
-                return rec
+        lo, hi = sorted((rec.line, anchor.line))
+        if not any(e.source == anchor.source and e.line is not None and lo <= e.line <= hi
+                   for e in ctx.ev.of(Kind.STARTUP_COMPLETE)):
+            return rec
     return None
 
 
