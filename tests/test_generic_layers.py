@@ -807,3 +807,29 @@ def test_a_kv_pool_oom_on_the_engines_own_warm_up_request_is_at_start_up(tmp_pat
     serving = "[2026-05-01 12:41:09 TP0] retract_decode: aborted last request 5c1f0e7a due to OOM\n"
     assert _classify(tmp_path, serving).oom_class.value == "burst"
 
+
+
+_DTYPE_ASSERTION = ("[TensorRT-LLM][ERROR] Assertion failed: weight->dtype() == engine.getTensorDataType(name.c_str())"
+                    "Weight transformer.layers.0.mlp.fc.weight has dtype INT8 but engine expects FP4\n")
+
+
+def test_a_stated_failure_whose_lines_speak_of_no_memory_leans_away_from_a_gpu_oom(tmp_path):
+    v = _classify(tmp_path, "[TensorRT-LLM][INFO] Loaded engine size: 4012 MiB\n" + _DTYPE_ASSERTION)
+    assert v.oom_class.value == "not_gpu_oom"
+    assert v.confidence == pytest.approx(0.55)
+    assert "speaks of no memory" in v.summary
+
+
+@pytest.mark.parametrize("log", [
+    # the same failure beside a line that speaks of memory running short
+    _DTYPE_ASSERTION + "[TensorRT-LLM][ERROR] Failed to allocate the workspace\n",
+    # a traceback the excerpt cut before its exception: what failed is not in the evidence
+    _DTYPE_ASSERTION + "Traceback (most recent call last):\n"
+                       '  File "/app/server.py", line 10, in <module>\n    main()\n',
+    # a wrapper pointing at an earlier failure states nothing itself
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n",
+    # a bare abort does not say what it aborted on
+    "Aborted (core dumped)\n",
+])
+def test_silence_about_memory_is_no_evidence_when_the_failure_is_not_stated_or_memory_is_near(tmp_path, log):
+    assert _classify(tmp_path, log).oom_class.value == "unknown"

@@ -59,6 +59,7 @@ class Kind(str, Enum):
     SETUP_ERROR = "setup_error"                # broken install or environment: import, driver, device, tokenizer
     SOFTWARE_FAULT = "software_fault"          # a panic, a hung process a watchdog or health check gave up on
     ERROR_NOT_MEMORY = "error_not_memory"      # an error stated in full whose words name no memory, capacity or limit
+    FAILURE_SILENT_ON_MEMORY = "failure_silent_on_memory"  # derived: a failure no failure line of which speaks of memory
     CONTEXT_FULL = "context_full"              # llama.cpp's context has no free KV cell for a batch even at size 1
     RUNNER_STOPPED = "runner_stopped"          # a supervisor stopped its own runner on purpose (unload, idle expiry)
     # --- readings ------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from ..lazyre import lazy
 from ..model import Evidence
 from ..thresholds import ROOT_CAUSE_WINDOW_S, SAME_FAILURE_LINES
 from .context import Context
+from .silent_on_memory import failure_silent_on_memory
 
 QUESTION = "Is this a GPU out-of-memory failure?"
 
@@ -25,7 +26,7 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 # consequences or only informational is data (triage/data/xids.yaml).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.WORKER_VANISHED.value, Kind.CUDA_ERROR.value,
                  Kind.PROCESS_CRASH.value, Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value,
-                 Kind.ERROR_NOT_MEMORY.value}
+                 Kind.ERROR_NOT_MEMORY.value, Kind.FAILURE_SILENT_ON_MEMORY.value}
 
 
 class GpuAnswer(NamedTuple):
@@ -77,6 +78,11 @@ def assess(ctx: Context) -> GpuAnswer:
             return GpuAnswer("yes", f"the engine failed ({first.where}) right after logging a KV cache too small for "
                                     f"max_model_len ({derived.where}): vLLM's KV-cache check fails exactly there",
                              [derived, first])
+        silent = failure_silent_on_memory(ctx)
+        if silent is not None:
+            ctx.not_gpu.append(silent)     # the look-alike class names the failure from ctx.not_gpu
+            return GpuAnswer("no", f"the failure at {first.where} and every other failure line speak of no memory, "
+                                   "allocation, capacity or kill: it leans to another cause", [silent, *ctx.other_failures[1:3]])
         return GpuAnswer("unclear", f"a failure at {first.where}, but the evidence does not say what failed",
                          ctx.other_failures[:3])
     return GpuAnswer("no_failure", "no failure of any kind in the evidence")
@@ -216,6 +222,7 @@ _LABELS = {
     "cuda_error": "a CUDA error that is not out-of-memory",
     "host_memory_growth": "host process memory (RSS) growth",
     "error_not_memory": "an error whose own words name a cause other than memory",
+    "failure_silent_on_memory": "a failure none of whose lines speaks of memory",
     "host_memory_exhausted": "a host (CPU) memory allocation failed",
     "process_crash": "the process crashed (segfault / stack overflow)",
     "setup_error": "a broken install or environment (import, driver, device, tokenizer)",

@@ -47,6 +47,7 @@ _DIRECT: dict[str, tuple[str, str]] = {
     Kind.SOFTWARE_FAULT.value: ("software_fault", "failure"),
     Kind.ERROR_NOT_MEMORY.value: ("software_fault", "failure"),
     Kind.CONTEXT_FULL.value: ("software_fault", "failure"),
+    Kind.FAILURE_SILENT_ON_MEMORY.value: ("software_fault", "failure"),
     Kind.EXCEPTION.value: ("exception", "signal"),
     Kind.PREEMPTION.value: ("preemption", "signal"),
     Kind.ENGINE_VERSION.value: ("server_start", "lifecycle"),
