@@ -833,3 +833,20 @@ def test_a_stated_failure_whose_lines_speak_of_no_memory_leans_away_from_a_gpu_o
 ])
 def test_silence_about_memory_is_no_evidence_when_the_failure_is_not_stated_or_memory_is_near(tmp_path, log):
     assert _classify(tmp_path, log).oom_class.value == "unknown"
+
+
+@pytest.mark.parametrize("answer", [
+    '{"error":{"code":500,"message":"llama runner process has terminated: signal: killed","type":""}}\n',
+    '{\n  "object": "error",\n  "message": "llama runner process has terminated: signal: killed",\n  "code": 500\n}\n',
+])
+def test_an_api_error_answer_pasted_as_the_log_is_read_for_the_error_it_carries(tmp_path, answer):
+    # A client's copy of the server's error answer is JSON, but no data format: its words are the evidence.
+    v = _classify(tmp_path, answer)
+    assert v.oom_class.value == "not_gpu_oom"
+    assert "killed" in v.summary.lower() or "killed" in " ".join(e.text for e in v.evidence).lower()
+
+
+def test_json_of_no_known_kind_that_is_no_error_answer_is_still_refused(tmp_path):
+    (tmp_path / "server.log").write_text('{"model": "llama3", "created_at": "2026-01-01T00:00:00Z", "done": true}\n')
+    with pytest.raises(Exception, match="JSON of an unrecognised kind|no evidence files"):
+        classify_paths([str(tmp_path)])

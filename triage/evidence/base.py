@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -308,6 +309,17 @@ def is_json_log(head: bytes) -> bool:
 
     first = head.decode("utf-8-sig", errors="replace").lstrip().split("\n", 1)[0]
     return json_line(first) is not None
+
+
+# A server's answer to a request that failed, as a client prints it: {"error": ...} (Ollama, LocalAI,
+# TGI, the OpenAI shape), {"object": "error", ...} (vLLM), {"detail": ...} (FastAPI). Pasted as the
+# log of an incident, it is text the log readers know (the error it carries), not a data format.
+_API_ERROR_ANSWER = re.compile(rb'\A\s*\{\s*"(?:error|detail)"\s*:|\A\s*\{[^{}]{0,200}?"object"\s*:\s*"error"')
+
+
+def is_api_error_answer(head: bytes) -> bool:
+    """JSON that is an API's error answer: read as a log (its words are what the readers match)."""
+    return bool(_API_ERROR_ANSWER.match(head.removeprefix(b"\xef\xbb\xbf")))
 
 
 def json_head(head: bytes) -> str | None:

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from ..errors import BadInput
 from ..model import Evidence, EvidenceSet, SourceInfo
 from ..units import noting_dropped
-from .base import InputFile, ParseContext, input_limit, is_json_log, json_head
+from .base import InputFile, ParseContext, input_limit, is_api_error_answer, is_json_log, json_head
 from .inputs import ArchiveBundle, expand
 from .registry import parsers, pick_parser
 from .screening import is_bundle_metadata, skip_reason, summarise_quiet, unclaimed_json
@@ -125,7 +125,8 @@ class _Loading:
             self._refuse(src, "none", reason, damaged)
             return
         mod = pick_parser(src, mods)
-        if mod.NAME == "log" and json_head(src.head()) and not is_json_log(src.head()):
+        if (mod.NAME == "log" and json_head(src.head()) and not is_json_log(src.head())
+                and not is_api_error_answer(src.head())):
             # JSON that no structured parser claimed: say why instead of reading it as a log.
             try:
                 problem, damaged = unclaimed_json(src), False
