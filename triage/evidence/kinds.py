@@ -31,7 +31,7 @@ class Kind(str, Enum):
     FREE_MEMORY_LOW = "free_memory_low"        # free memory at start-up below the budget
     WARMUP_OOM = "warmup_oom"                  # OOM in a start-up warm-up (sampler, TGI prefill)
     LOAD_MODEL_OOM = "load_model_oom"
-    PROFILING_ERROR = "profiling_error"
+    PROFILING_ERROR = "profiling_error"        # vLLM's profile sanity check: free memory did not fall (not exhaustion)
     KV_POOL_OOM = "kv_pool_oom"                # SGLang/TGI: token pool exhausted for a batch
     POOL_LEAK = "pool_leak"                    # an engine's own KV-pool leak check failed (SGLang): chronic
     # --- engine failure wrappers ---------------------------------------------------------
@@ -75,14 +75,13 @@ class Kind(str, Enum):
 #: Kinds that prove a GPU memory exhaustion happened.
 GPU_OOM_KINDS = frozenset({
     Kind.TORCH_OOM, Kind.CUDA_OOM, Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS,
-    Kind.FREE_MEMORY_LOW, Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.KV_POOL_OOM, Kind.PROFILING_ERROR,
-    Kind.POOL_LEAK,
+    Kind.FREE_MEMORY_LOW, Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.KV_POOL_OOM, Kind.POOL_LEAK,
 })
 
 #: vLLM's own start-up memory checks: each one is a start-up failure by construction.
 STARTUP_CHECK_KINDS = frozenset({
     Kind.KV_CACHE_INSUFFICIENT, Kind.NO_CACHE_BLOCKS, Kind.FREE_MEMORY_LOW,
-    Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM, Kind.PROFILING_ERROR,
+    Kind.WARMUP_OOM, Kind.LOAD_MODEL_OOM,
 })
 
 #: Failures that look like an OOM in a dashboard but are not GPU memory exhaustion.
@@ -90,6 +89,7 @@ NOT_GPU_KINDS = frozenset({
     Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.WORKER_VANISHED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
     Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.SOFTWARE_FAULT, Kind.ERROR_NOT_MEMORY, Kind.CONTEXT_FULL,
+    Kind.PROFILING_ERROR,
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").

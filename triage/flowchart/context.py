@@ -117,7 +117,7 @@ class Context:
     def other_failures(self) -> list[Evidence]:
         """Failure lines that do not say what failed (wrappers, bare tracebacks, exceptions).
         A traceback ending in a shutdown or client-disconnect exception is not a failure."""
-        return _ordered([e for e in self.ev.of(*_FAILURE_TEXT_KINDS, Kind.PROFILING_ERROR)
+        return _ordered([e for e in self.ev.of(*_FAILURE_TEXT_KINDS)
                          if not (e.kind == Kind.TRACEBACK.value and (e.fields.get("exception") in BENIGN_EXCEPTIONS
                                                                      or e.fields.get("rejected_request")))
                          and not (e.kind in (Kind.EXCEPTION.value, Kind.TRACEBACK.value) and self._served_after(e))])

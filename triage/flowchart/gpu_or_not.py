@@ -169,6 +169,8 @@ def _unmatched_memory_words(ctx: Context) -> bool:
 
 
 def _is_root_cause(e: Evidence) -> bool:
+    if e.fields.get("explains_next_oom"):
+        return True
     if e.kind in _CONSEQUENCES:
         return False
     if e.kind == Kind.XID.value:
@@ -182,8 +184,11 @@ def _is_root_cause(e: Evidence) -> bool:
 def _host_failure_restated(host: Evidence, oom: Evidence) -> bool:
     """A host allocation that failed on the lines just before a GPU OOM reading, with no time on
     either to order them: an engine restating the same failure (TensorRT-LLM explains any
-    exception holding "out of memory" as insufficient GPU memory, a pinned host buffer's included)."""
-    if host.kind != Kind.HOST_MEMORY_EXHAUSTED.value or host.source != oom.source:
+    exception holding "out of memory" as insufficient GPU memory, a pinned host buffer's included).
+    Likewise a refusal the data marks as explaining the allocation failure after it (a buffer over
+    the device's per-allocation limit, refused before the driver was asked)."""
+    explains = host.kind == Kind.HOST_MEMORY_EXHAUSTED.value or bool(host.fields.get("explains_next_oom"))
+    if not explains or host.source != oom.source:
         return False
     if host.line is None or oom.line is None or (host.time is not None and oom.time is not None):
         return False
@@ -226,7 +231,7 @@ _LABELS = {
     "host_memory_exhausted": "a host (CPU) memory allocation failed",
     "process_crash": "the process crashed (segfault / stack overflow)",
     "setup_error": "a broken install or environment (import, driver, device, tokenizer)",
-    "profiling_error": "GPU memory changed under vLLM's start-up profiling",
+    "profiling_error": "vLLM's memory profile failed its sanity check (free memory did not fall while profiling)",
 }
 
 
