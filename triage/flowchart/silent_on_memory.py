@@ -87,8 +87,9 @@ def _speaks_of_memory(rec: Evidence) -> bool:
 
 
 def _gpu_full(ctx: Context) -> bool:
-    for rec in ctx.ev.of(Kind.GPU_MEMORY):
-        used, total = rec.fields.get("used_bytes"), rec.fields.get("total_bytes")
-        if used and total and used / total >= _FULL_SHARE:
-            return True
-    return False
+    if not ctx.ev.of(Kind.GPU_MEMORY):
+        return False
+    from .causes import actual_usage    # read only when a GPU reading is in the evidence
+
+    usage = actual_usage(ctx.ev)
+    return usage is not None and usage[0] >= _FULL_SHARE
