@@ -126,6 +126,23 @@ def test_send_refuses_a_pid_whose_start_time_changed(procs):
     assert send(now, signal.SIGTERM) is False         # gone: nothing to signal, no error
 
 
+def test_a_process_on_its_way_out_is_gone_not_a_reused_pid(monkeypatch, procs):
+    # The kernel empties /proc/PID/cmdline before the process is a zombie: a SIGKILL sent right after
+    # SIGTERM can read it so. Same PID and start time: the process exiting, not another one.
+    p = procs("vllm", "serve", MODEL)
+    now = read_proc(p.pid)
+    exiting = now.__class__(**{**now.__dict__, "cmdline": ()})
+    reused = now.__class__(**{**now.__dict__, "cmdline": (), "start_ticks": now.start_ticks + 100})
+    assert now.exiting(exiting) and not now.exiting(reused) and not now.exiting(now)
+    monkeypatch.setattr("triage.recovery.signals.read_proc", lambda pid: reused)
+    with pytest.raises(Drifted):
+        send(now, signal.SIGKILL)
+    assert alive(p.pid)                                 # a reused PID is never signalled
+    monkeypatch.setattr("triage.recovery.signals.read_proc", lambda pid: exiting)
+    assert send(now, signal.SIGKILL) is True            # the same process, signalled
+    assert wait_until(lambda: p.poll() is not None, 5)
+
+
 def test_stop_server_aborts_before_any_signal_when_one_pid_drifted(procs, tmp_path):
     a, b = procs("vllm", "serve", MODEL), procs("vllm", "serve", MODEL)
     result = identify([Candidate(a.pid, "APIServer", "log:1"), Candidate(b.pid, "APIServer", "log:9")], MODEL)

@@ -46,6 +46,12 @@ class ProcInfo:
         return other is not None and (other.pid, other.start_ticks, other.cmdline) == \
             (self.pid, self.start_ticks, self.cmdline)
 
+    def exiting(self, other: "ProcInfo | None") -> bool:
+        """`other` is this process on its way out: same PID and start time, its command line already
+        gone with its memory (the kernel empties /proc/PID/cmdline before the process is a zombie).
+        A reused PID has another start time."""
+        return other is not None and not other.cmdline and (other.pid, other.start_ticks) == (self.pid, self.start_ticks)
+
 
 def read_proc(pid: int) -> ProcInfo | None:
     """The process `pid` as /proc shows it now, or None when there is none (or only a zombie)."""

@@ -292,7 +292,7 @@ def _linked(info: ProcInfo, confirmed: set[int], named_gone: dict[int, Candidate
 def still_same(proc: ServerProcess) -> str | None:
     """None when the process is unchanged or gone; else why it drifted (re-checked before acting)."""
     now = read_proc(proc.info.pid)
-    if now is None or proc.info.same_process(now):
+    if now is None or proc.info.same_process(now) or proc.info.exiting(now):
         return None
     return (f"pid {proc.info.pid} ({proc.role}) now runs {now.command(80)!r} with another start time: "
             "the PID was reused")

@@ -26,7 +26,9 @@ def send(expected: ProcInfo, signum: int) -> bool:
         now = read_proc(expected.pid)
         if now is None:
             return False
-        if not expected.same_process(now):
+        # On its way out, the process reads with an empty command line: still the one identified
+        # (same PID and start time, and the pidfd holds it), so it is signalled all the same.
+        if not (expected.same_process(now) or expected.exiting(now)):
             raise Drifted(f"pid {expected.pid} is now {now.command(80)!r} (started {_utc(now)}), not the "
                           f"identified {expected.command(80)!r} (started {_utc(expected)})")
         try:
