@@ -850,3 +850,34 @@ def test_json_of_no_known_kind_that_is_no_error_answer_is_still_refused(tmp_path
     (tmp_path / "server.log").write_text('{"model": "llama3", "created_at": "2026-01-01T00:00:00Z", "done": true}\n')
     with pytest.raises(Exception, match="JSON of an unrecognised kind|no evidence files"):
         classify_paths([str(tmp_path)])
+
+
+@pytest.mark.parametrize("code, raised, answer", [
+    # a missing toolchain: the message on the raising line names it
+    ('raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")',
+     "RuntimeError", "not_gpu_oom"),
+    # an assertion: the statement itself is the error
+    ("assert self.detokenizer is not None", "AssertionError", "not_gpu_oom"),
+    # the allocator's own class with no message: never read as a look-alike (what ran out is not stated)
+    ("raise torch.OutOfMemoryError", "OutOfMemoryError", "unknown"),
+])
+def test_a_cut_traceback_is_read_for_what_its_raising_line_raised(tmp_path, code, raised, answer):
+    """An excerpt that lost the exception line still shows the statement that raised it."""
+    log = ("Traceback (most recent call last):\n"
+           '  File "/usr/lib/python3.12/site-packages/app/build.py", line 32, in _build\n'
+           f"    {code}\n")
+    (tmp_path / "server.log").write_text(log, encoding="utf-8")
+    verdict, ev = classify_paths([str(tmp_path)])
+    tb = next(e for e in ev.items if e.kind == "traceback")
+    assert tb.fields["exception"] == raised and tb.fields["exception_from_source"]
+    assert verdict.oom_class.value == answer
+    if answer == "not_gpu_oom":
+        assert any(e.line == 3 for e in verdict.evidence)      # cites the raising line
+
+
+def test_a_raising_line_that_names_no_class_says_nothing():
+    from triage.evidence.log_patterns import raised_by_source_line
+
+    assert raised_by_source_line("raise") is None                   # a re-raise: the class is elsewhere
+    assert raised_by_source_line("raise self._exception") is None
+    assert raised_by_source_line("return self.fn(*args)") is None

@@ -60,6 +60,7 @@ class Kind(str, Enum):
     SOFTWARE_FAULT = "software_fault"          # a panic, a hung process a watchdog or health check gave up on
     ERROR_NOT_MEMORY = "error_not_memory"      # an error stated in full whose words name no memory, capacity or limit
     FAILURE_SILENT_ON_MEMORY = "failure_silent_on_memory"  # derived: a failure no failure line of which speaks of memory
+    TERMINATED = "terminated"                  # a process ended by SIGTERM: stopped from outside, not for memory
     CONTEXT_FULL = "context_full"              # llama.cpp's context has no free KV cell for a batch even at size 1
     RUNNER_STOPPED = "runner_stopped"          # a supervisor stopped its own runner on purpose (unload, idle expiry)
     # --- readings ------------------------------------------------------------------------
@@ -89,7 +90,7 @@ NOT_GPU_KINDS = frozenset({
     Kind.HOST_OOM_KILL, Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.WORKER_VANISHED, Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS,
     Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR, Kind.HOST_MEMORY_GROWTH,
     Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.SOFTWARE_FAULT, Kind.ERROR_NOT_MEMORY, Kind.CONTEXT_FULL,
-    Kind.PROFILING_ERROR,
+    Kind.PROFILING_ERROR, Kind.TERMINATED,
 })
 
 #: Lines that show a server doing normal work (used to tell "no failure" from "no evidence").

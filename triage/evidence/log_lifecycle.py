@@ -19,6 +19,7 @@ FAILURE_KINDS = {
     Kind.OOM_KILLED, Kind.CHILD_KILLED, Kind.WORKER_VANISHED,
     Kind.XID, Kind.ILLEGAL_MEMORY_ACCESS, Kind.ECC_ERROR, Kind.GPU_LOST, Kind.NCCL_ERROR, Kind.CUDA_ERROR,
     Kind.HOST_MEMORY_EXHAUSTED, Kind.PROCESS_CRASH, Kind.SETUP_ERROR, Kind.ERROR_NOT_MEMORY,
+    Kind.TERMINATED,
 }
 # Requests that show a server up, not serving: probes, scrapes, the model list.
 # HTTP methods of probes and listings, never of inference.

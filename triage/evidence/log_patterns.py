@@ -18,6 +18,26 @@ FRAME_TAIL = re.compile(r'^[^"\s]{0,400}", line \d{1,7}, in \S')
 CARET = re.compile(r"^\s*[\^~]+\s*$")
 EXCEPTION = re.compile(
     r"^(?:[\w.]+\.)?(?P<type>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Aborted))(?::\s?(?P<msg>.*))?$")
+# The source line Python prints under a traceback's innermost frame, when it is the statement that
+# raised: `raise SomeError("message ...")` raised that class with that message, and `assert cond[, "msg"]`
+# raised an AssertionError. When an excerpt lost the exception line itself, this line still says
+# what was raised (the message only as far as its string literal goes on that line).
+_EXC_NAME = r"(?:[\w.]{1,120}\.)?(?P<type>[A-Z]\w{0,80}?(?:Error|Exception|Exit|Interrupt|Failure|Failed|Aborted))"
+RAISE_LINE = re.compile(r"^raise " + _EXC_NAME + r"(?:\(\s{0,4}(?:[rfbuRFBU]{0,2}(?P<q>[\"'])(?P<msg>[^\"'\n]{0,300}))?|\s*$)")
+ASSERT_LINE = re.compile(r"^assert\b\s{0,4}(?P<cond>[^\n]{1,300}?)(?:,\s{0,4}[rfbuRFBU]{0,2}[\"'](?P<msg>[^\"'\n]{1,300})[\"']?)?\s*$")
+
+
+def raised_by_source_line(code: str) -> tuple[str, str] | None:
+    """(exception type, message) a traceback's innermost source line raised, when it says so."""
+    m = RAISE_LINE.match(code)
+    if m:
+        return m.group("type"), (m.group("msg") or "").strip()
+    m = ASSERT_LINE.match(code)
+    if m:
+        return "AssertionError", (m.group("msg") or m.group("cond")).strip()
+    return None
+
+
 # A request the API server refused (too long, malformed): the client gets a 4xx, the server serves on.
 REQUEST_REJECTED = re.compile(
     r"maximum context length is \d+|Please reduce the length|is longer than the maximum model length"

@@ -23,7 +23,8 @@ from .log_lifecycle import FAILURE_KINDS, advance_phase
 # Logger levels a server states a failure at (logline.py reads them from each engine's prefix).
 FAILURE_LEVELS = frozenset({"ERROR", "CRITICAL", "FATAL"})
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CARET, CHAINED, CHUNK, CHUNK_MARKS, CUT_FRAME, EXCEPTION,
-                           FRAME, FRAME_TAIL, INLINE_FRAME, REQUEST_REJECTED, is_request_log, short_path)
+                           FRAME, FRAME_TAIL, INLINE_FRAME, REQUEST_REJECTED, is_request_log, raised_by_source_line,
+                           short_path)
 from .log_stats_window import RawStats, StatsWindow
 from .logline import LogLine, parse_line
 from .repeats import NoiseMarkers, RepeatBuckets, StatsMarkers, clock_key, family, traceback_family
@@ -50,6 +51,7 @@ class _Traceback:
     open: bool = False
     after_frame: bool = False        # the next line is the frame's source line, indented or not
     after_quiet: bool = False        # the line before it made no record (uvicorn's "Exception in ASGI application")
+    code_line: int = 0               # where the innermost frame's source line is
 
 
 @dataclass
@@ -237,6 +239,7 @@ class LogScanner:
             tb.after_frame = False
             if code_line and len(tb.frames[-1]) == 3:
                 tb.frames[-1] = (*tb.frames[-1], stripped[:160])
+                tb.code_line = lineno
             if code_line or CARET.match(msg) or (log.indented and not EXCEPTION.match(stripped)) \
                     or any(c in msg for c in CHAINED):
                 return  # source code / caret lines inside a traceback
@@ -457,16 +460,26 @@ class LogScanner:
         frames = tb.frames
         if not frames:
             return
+        raised = raised_by_source_line(frames[-1][3]) if exc is None and len(frames[-1]) > 3 else None
+        stated, matches = None, []
+        if raised is not None:
+            stated = f"{raised[0]}: {raised[1]}" if raised[1] else raised[0]
+            matches = match_message(stated)
+            kinds = [k for k, _ in matches]
         fields = {
             "frames": [list(f) for f in frames],
             "rejected_request": bool(exc and REQUEST_REJECTED.search(exc.group(0))),
-            "exception": exc.group("type") if exc else None,
-            "message": ((exc.group("msg") or "")[:300]) if exc else None,
+            "exception": exc.group("type") if exc else (raised[0] if raised else None),
+            "message": ((exc.group("msg") or "")[:300]) if exc else (raised[1][:300] if raised else None),
             "failure_kinds": [k.value for k in (kinds or [])],
             "process": log.process if log else None,
         }
+        if raised is not None:
+            fields["exception_from_source"] = True
         text = (f"Traceback ({len(frames)} frames, innermost {frames[-1][2]} in {short_path(frames[-1][0])})"
-                + (f" -> {exc.group('type')}" if exc else " (exception line not in the excerpt)"))
+                + (f" -> {exc.group('type')}" if exc else
+                   f" -> {raised[0]} (raised on its source line; the exception line is not in the excerpt)" if raised
+                   else " (exception line not in the excerpt)"))
         line = tb.start_line or lineno
         fam = traceback_family(fields["exception"], fields["message"], kinds or [])
         key = self._repeat_key() if fam is not None else None
@@ -479,6 +492,18 @@ class LogScanner:
             self.repeats.start(fam, key, record, line, self.line.encode("utf-8", errors="replace"))
             self.repeated_tb = line - 1 if tb.after_quiet else line
         yield record
+        if stated is not None:
+            yield from self._raised_records(tb.code_line or line, log, stated, raised, matches)
+
+    def _raised_records(self, lineno: int, log: LogLine | None, stated: str, raised: tuple[str, str],
+                        matches: list[tuple[Kind, dict[str, Any]]]) -> Iterator[Evidence]:
+        """What a cut traceback's raising source line says, read as its exception line would be."""
+        where = log if log is not None else parse_line("", self.ctx.times)
+        for kind, fields in matches:
+            yield from self._emit(lineno, where, kind, stated, fields)
+        if not matches and raised[0] not in BENIGN_EXCEPTIONS and not REQUEST_REJECTED.search(stated):
+            yield from self._emit(lineno, where, Kind.EXCEPTION, stated,
+                                  {"type": raised[0], "message": raised[1][:300], "from_source": True})
 
     def _emit(self, lineno: int, log: LogLine, kind: Kind, text: str, fields: dict[str, Any]) -> Iterator[Evidence]:
         self._advance_phase(kind, fields, log.time)

@@ -55,7 +55,8 @@ class Context:
     @cached_property
     def not_gpu(self) -> list[Evidence]:
         return _ordered([e for e in [*self.ev.of(*NOT_GPU_KINDS), *self._loop_stated_errors] if not self._engine_teardown(e)
-                         and not (e.kind == Kind.ERROR_NOT_MEMORY.value and self._served_after(e))])
+                         and not (e.kind == Kind.ERROR_NOT_MEMORY.value and self._served_after(e))
+                         and not (e.kind == Kind.TERMINATED.value and self._shutdown_after_serving(e))])
 
     @cached_property
     def _loop_stated_errors(self) -> list[Evidence]:
@@ -88,6 +89,22 @@ class Context:
         only of errors that name no failure of their own (a line at ERROR level, an error naming
         another cause)."""
         return self._last_serving.get(rec.source, -1) > rec.seq
+
+    def _shutdown_after_serving(self, rec: Evidence) -> bool:
+        """A SIGTERM after the server served, with nothing else failing: the server was shut down
+        (a deploy, a scale-down, an operator), which is how a healthy server ends."""
+        first = self._first_serving.get(rec.source)
+        return first is not None and first < rec.seq and not any(
+            e.kind not in (Kind.TERMINATED.value, Kind.EXCEPTION.value) for e in self.ev.of(*NOT_GPU_KINDS, *GPU_OOM_KINDS))
+
+    @cached_property
+    def _first_serving(self) -> dict[str, int]:
+        """Per source, the order of its first record that shows the server serving."""
+        out: dict[str, int] = {}
+        for rec in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
+            if shows_serving(rec.kind, rec.fields):
+                out[rec.source] = min(out.get(rec.source, rec.seq), rec.seq)
+        return out
 
     @cached_property
     def _last_serving(self) -> dict[str, int]:

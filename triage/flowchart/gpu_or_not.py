@@ -26,7 +26,7 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 # consequences or only informational is data (triage/data/xids.yaml).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.WORKER_VANISHED.value, Kind.CUDA_ERROR.value,
                  Kind.PROCESS_CRASH.value, Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value,
-                 Kind.ERROR_NOT_MEMORY.value, Kind.FAILURE_SILENT_ON_MEMORY.value}
+                 Kind.ERROR_NOT_MEMORY.value, Kind.FAILURE_SILENT_ON_MEMORY.value, Kind.TERMINATED.value}
 
 
 class GpuAnswer(NamedTuple):
@@ -230,6 +230,7 @@ _LABELS = {
     "failure_silent_on_memory": "a failure none of whose lines speaks of memory",
     "host_memory_exhausted": "a host (CPU) memory allocation failed",
     "process_crash": "the process crashed (segfault / stack overflow)",
+    "terminated": "a process was stopped by SIGTERM (from outside: an operator, an orchestrator, a parent shutting down)",
     "setup_error": "a broken install or environment (import, driver, device, tokenizer)",
     "profiling_error": "vLLM's memory profile failed its sanity check (free memory did not fall while profiling)",
 }

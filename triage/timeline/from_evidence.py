@@ -32,6 +32,7 @@ _DIRECT: dict[str, tuple[str, str]] = {
     Kind.PROCESS_DIED.value: ("process_died", "failure"),
     Kind.CHILD_KILLED.value: ("process_died", "failure"),
     Kind.WORKER_VANISHED.value: ("process_died", "failure"),
+    Kind.TERMINATED.value: ("process_died", "failure"),
     Kind.REQUEST_FAILED.value: ("request_failed", "failure"),
     Kind.HOST_OOM_KILL.value: ("host_oom_kill", "failure"),
     Kind.OOM_KILLED.value: ("host_oom_kill", "failure"),
