@@ -881,3 +881,27 @@ def test_a_raising_line_that_names_no_class_says_nothing():
     assert raised_by_source_line("raise") is None                   # a re-raise: the class is elsewhere
     assert raised_by_source_line("raise self._exception") is None
     assert raised_by_source_line("return self.fn(*args)") is None
+
+
+_SIGTERM_DEATH = "ERROR 08-17 23:28:45 multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 1221546 died, exit code: -15\n"
+
+
+def test_a_server_stopped_by_sigterm_before_it_served_is_a_look_alike(tmp_path):
+    v = _classify(tmp_path, "INFO 08-17 23:20:01 api_server.py:100] vLLM API server version 0.5.5\n" + _SIGTERM_DEATH)
+    assert v.oom_class.value == "not_gpu_oom" and v.confidence == pytest.approx(0.6)
+    assert "SIGTERM" in v.summary
+
+
+def test_a_sigterm_after_the_server_served_is_its_shutdown(tmp_path):
+    served = ('INFO 08-17 23:25:00 metrics.py:351] Avg prompt throughput: 412.3 tokens/s, Avg generation throughput: '
+              '98.1 tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 12.1%, '
+              'CPU KV cache usage: 0.0%.\n')
+    v = _classify(tmp_path, "INFO 08-17 23:20:01 api_server.py:100] vLLM API server version 0.5.5\n" + served + _SIGTERM_DEATH)
+    assert v.oom_class.value == "no_oom"
+
+
+def test_a_sigterm_beside_a_gpu_oom_is_its_teardown(tmp_path):
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.15 GiB of which 1.02 GiB is free.\n")
+    v = _classify(tmp_path, oom + _SIGTERM_DEATH)
+    assert v.oom_class.value not in ("not_gpu_oom", "no_oom")
