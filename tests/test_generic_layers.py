@@ -905,3 +905,21 @@ def test_a_sigterm_beside_a_gpu_oom_is_its_teardown(tmp_path):
            "79.15 GiB of which 1.02 GiB is free.\n")
     v = _classify(tmp_path, oom + _SIGTERM_DEATH)
     assert v.oom_class.value not in ("not_gpu_oom", "no_oom")
+
+
+_RESERVE_FAILED = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8281.63 MiB on device 0: cudaMalloc failed: out of memory\n"
+                   "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 8683921920\n")
+
+
+def test_a_failed_compute_graph_reservation_alone_leans_to_start_up_below_a_confident_answer(tmp_path):
+    # llama.cpp reserves its compute buffers when it creates a context; again while serving only
+    # when a graph outgrows them: a lean, named below a confident answer.
+    v = _classify(tmp_path, _RESERVE_FAILED)
+    assert v.oom_class.value == "startup" and v.confidence < 0.5
+
+
+def test_a_failed_compute_graph_reservation_while_a_slot_works_is_serving(tmp_path):
+    slot = '{"function":"launch_slot_with_data","level":"INFO","line":826,"msg":"slot is processing task","slot_id":0,"task_id":0}\n'
+    v = _classify(tmp_path, slot + _RESERVE_FAILED)
+    assert v.oom_class.value != "startup"
+    assert v.path[1].answer == "no"           # it failed while serving

@@ -40,6 +40,10 @@ def assess(ctx: Context, phase: PhaseAnswer) -> Assessment:
         confidence = min(conf.CEILING_STARTUP, confidence + conf.STEP)
     oom = ctx.primary
     derived = oom is not None and oom is ctx.derived_anchor
+    if phase.strength < conf.EVEN:
+        # The phase is a lean (a step that also runs, now and then, while serving): named, but
+        # below a confident answer.
+        confidence = min(confidence, conf.TENTATIVE)
     if derived:
         # The out-of-memory itself was inferred from numbers (the failure's own line is not in the
         # evidence): the verdict cannot be surer than that inference.

@@ -24,7 +24,8 @@ MEDIUM_LOW = 0.55        # a start-up OOM before the phase evidence is weighed
 EVEN = 0.5               # a low hit rate under an engine default that evicts under pressure
 TENTATIVE_STRONG = 0.48  # a burst by default: serving-loop frames or the engine's runtime wording, no load numbers;
                          # healthy: start-up steps and no failure, the excerpt ending before the engine was up
-TENTATIVE = 0.45         # a prefix-cache OOM on a known prefix-cache bug alone; only version and configuration lines, healthy
+TENTATIVE = 0.45         # a prefix-cache OOM on a known prefix-cache bug alone; only version and configuration lines, healthy;
+                         # phase: a step that runs at start-up and now and then while serving failed, nothing else tells
 TENTATIVE_WEAK = 0.44    # a burst by default: it had served, nothing about the load at the time
 UNNAMED = 0.35           # something else explains it as well: below MIN_CONFIDENCE, so not named
 NONE = 0.0               # no support at all

@@ -34,6 +34,7 @@ class FrameVocabulary(NamedTuple):
     file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its start-up-only functions)
     runtime_file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its request-only functions)
     memory_checks: frozenset[str] = frozenset()    # start-up checks that fail only for too little memory
+    startup_leaning: frozenset[str] = frozenset()  # run at start-up and only now and then while serving
 
     def handles_request(self, frame: Frame) -> bool:
         return _path(frame).endswith(self.request_paths)
@@ -105,7 +106,8 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             idle_not_startup=frozenset(idle["not_startup"]), runtime=frozenset(run["functions"]),
             request_paths=tuple(run.get("request_paths") or ()),
             file_functions=_file_functions(start), runtime_file_functions=_file_functions(run),
-            memory_checks=frozenset((doc.get("memory_checks") or {}).get("functions") or ()))
+            memory_checks=frozenset((doc.get("memory_checks") or {}).get("functions") or ()),
+            startup_leaning=frozenset((doc.get("startup_leaning") or {}).get("functions") or ()))
     except (KeyError, TypeError, AttributeError) as exc:
         raise FrameDataError(f"{name}: missing or malformed {exc}") from None
     seen: dict[str, str] = {}

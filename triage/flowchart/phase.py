@@ -190,6 +190,13 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
                                           "requests' steps", conf.FAIRLY_HIGH, loop[:1], request_work=True)
         return PhaseAnswer("runtime", f"the running engine died ({dead[0].where}): it had started serving", conf.MEDIUM_HIGH,
                            dead[:1])
+    leaning = [f for f in stack if f[2] in vocab.startup_leaning]
+    if leaning:
+        f = leaning[0]
+        named = next((m for m in methods if _method(m) == f[2]), None)
+        return PhaseAnswer("startup", f"{f[2]} failed, a step a server runs while it starts (and only now and then "
+                                      "again while serving), and nothing shows the server serving", conf.TENTATIVE,
+                           [named] if named is not None else tbs[:1])
     return PhaseAnswer("unknown", "nothing in the evidence says whether the server had started serving", conf.NONE,
                        tbs[:1])
 
