@@ -90,6 +90,17 @@ def test_a_compose_service_prefix_is_peeled(raw, message):
     assert parse_line(raw, default_reference(2026)).message == message
 
 
+@pytest.mark.parametrize("row", [
+    "| tensorrt_llm   | 1       | READY  |",            # Triton's model status table
+    "|  4096 |   1024 |      0 |   44.583 |    91.87 |   93.665 |    10.93 |",   # a benchmark's results
+])
+def test_a_table_row_is_no_gutter_or_service_prefix(tmp_path, row):
+    # A row's leading "| " and first cell look like a CI gutter and a compose service name; a line
+    # ending in "|" is a table row and keeps them, so what the table says is read.
+    assert parse_line(row, default_reference(2026)).message == row
+    assert _classify(tmp_path, "+-------+\n" + row + "\n").oom_class.value == "no_oom"
+
+
 @pytest.mark.parametrize("raw", [
     # journalctl's short format and rsyslog: the unit's own line follows "host prog[pid]: "
     "Jun 01 10:00:07 gpu-node-3 python3[4121]: ERROR 06-01 10:00:07 [core.py:343] EngineCore failed to start.",

@@ -33,7 +33,9 @@ _ENVELOPES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\s*>\s?"),                                                   # quoted paste
     re.compile(r"^\s*-\s(?=\S)"),                                              # bulleted paste
     re.compile(r"^\s*(?:\*\*|__)(?=\S)"),                                       # markdown bold opened on a pasted line
-    re.compile(r"^\s*\|\s"),                                                   # CI gutter
+    # CI gutter; never a table row (an ASCII or markdown table's line ends with "|" too: Triton's
+    # model status table, a benchmark's results)
+    re.compile(r"^\s*\|\s(?![^\n]*\|\s*$)"),
     re.compile(rf"^(?P<iso>{_ISO})\s+(?:stdout|stderr)\s+[FP]\s"),             # CRI (containerd)
     re.compile(rf"^(?:INFO|WARNING|ERROR|DEFAULT|DEBUG|NOTICE|CRITICAL)\s+(?P<iso>{_ISO})\s+\[[^\]]*\]\s*"),  # cloud logging export
     re.compile(rf"^\[(?P<iso>{_ISO})\]\s*"),                                   # [2025-03-10T15:07:20Z]
@@ -43,7 +45,7 @@ _ENVELOPES: tuple[re.Pattern[str], ...] = (
     re.compile(rf"^(?P<iso>{_ISO})\s+(?=\S)(?!(?:DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\b)"),  # bare ISO prefix
     # docker compose "vllm-1  | " (v2 names end in the replica number) or "vllm-service  | " (v1, or a
     # container_name): the service name padded to the others' width; never a level word ("ERROR | msg").
-    re.compile(r"^(?!(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s)[\w.-]{1,64}\s+\|\s"),
+    re.compile(r"^(?!(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s)(?![^\n]*\|\s*$)[\w.-]{1,64}\s+\|\s"),
     re.compile(r"^\((?P<proc>[A-Za-z][\w:]*?)(?:\s+rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)(?:,\s?ip=[\w.:-]{1,64})?\)\s?"),  # vLLM process prefix (Ray adds ", ip=")
     re.compile(r"^\[rank(?P<rank2>\d+)\]:"),                                   # torch.distributed
     re.compile(r"^\[pod/[\w.-]{1,253}/[\w.-]{1,63}\]\s"),                          # kubectl logs --prefix
