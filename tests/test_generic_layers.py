@@ -934,3 +934,44 @@ def test_a_failed_compute_graph_reservation_while_a_slot_works_is_serving(tmp_pa
     v = _classify(tmp_path, slot + _RESERVE_FAILED)
     assert v.oom_class.value != "startup"
     assert v.path[1].answer == "no"           # it failed while serving
+
+
+def _cut(text: str, width: int) -> str:
+    """Every line longer than `width` cut into pieces of exactly `width`, as a terminal copies it."""
+    out = []
+    for line in text.splitlines():
+        out += [line[i:i + width] for i in range(0, len(line), width)] or [""]
+    return "\n".join(out) + "\n"
+
+
+_SERVING_OOM = (
+    'INFO:     127.0.0.1:51494 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    "(EngineCore_DP0 pid=93) ERROR 10-17 04:12:55 [core.py:710] EngineCore encountered a fatal error.\n"
+    "(EngineCore_DP0 pid=93) ERROR 10-17 04:12:55 [core.py:710] Traceback (most recent call last):\n"
+    '(EngineCore_DP0 pid=93) ERROR 10-17 04:12:55 [core.py:710]   File "/usr/local/lib/python3.12/dist-packages/'
+    'vllm/v1/engine/core.py", line 701, in run_engine_core\n'
+    "(EngineCore_DP0 pid=93) ERROR 10-17 04:12:55 [core.py:710]     engine_core.run_busy_loop()\n"
+    "(EngineCore_DP0 pid=93) ERROR 10-17 04:12:55 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. Tried "
+    "to allocate 7.50 GiB. GPU 0 has a total capacity of 44.39 GiB of which 1.12 GiB is free. Including non-PyTorch "
+    "memory, this process has 43.26 GiB memory in use. Of the allocated memory 40.21 GiB is allocated by PyTorch, and "
+    "310.00 MiB is reserved by PyTorch but unallocated.\n")
+
+
+@pytest.mark.parametrize("width", [80, 100, 132])
+def test_a_log_a_terminal_wrapped_at_a_fixed_width_reads_as_written(tmp_path, width):
+    whole = _classify(tmp_path, _SERVING_OOM)
+    wrapped = _classify(tmp_path, _cut(_SERVING_OOM, width))
+    assert wrapped.oom_class == whole.oom_class and wrapped.oom_class.value == "burst"
+    assert wrapped.confidence == whole.confidence
+    # the OOM is cited at its first piece: the line after the pieces of the five lines before it
+    first_piece = _cut("".join(_SERVING_OOM.splitlines(keepends=True)[:5]), width).count("\n") + 1
+    assert any(e.kind == "torch_oom" and e.line == first_piece for e in wrapped.evidence)
+
+
+def test_lines_that_merely_share_the_longest_length_are_not_joined():
+    from triage.evidence.log_wrap import wrap_width
+
+    same = "ERROR 10-17 04:12:55 [core.py:710] EngineCore encountered a fatal error in step 12.\n"
+    log = (same + "INFO 10-17 04:12:56 [core.py:1] restarting\n") * 3
+    assert wrap_width(log.encode()) is None                  # each longest line is followed by a record
+    assert wrap_width(_cut(_SERVING_OOM, 80).encode()) == 80

@@ -13,7 +13,7 @@ one, and how long the server had been up.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Generator, Iterator
 
 from ..model import Evidence, Phase
 from .base import InputFile, ParseContext
@@ -21,6 +21,7 @@ from .log_blocks import BLOCK, iter_blocks
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CHUNK, MIN_CHUNK, REQUEST_REJECTED, SERVING_REQUEST,
                            is_request_log, short_path)
 from .log_scanner import MAX_FRAMES, MAX_PIDS, LogScanner
+from .log_wrap import SAMPLE_BYTES, joins_next, wrap_width
 
 NAME = "log"
 # A file smaller than this is read line by line: building the prefilter's matcher costs more than
@@ -53,11 +54,23 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     scanner = LogScanner(src, ctx)
     size = None if src.compressed else src.size()
     bulk = size is None or size >= PREFILTER_MIN_BYTES
-    if bulk:                      # imported here: a small file's classify does not pay for them
-        from .log_fast_path import read_scan, serving_scan
     lineno = 1
+    width: int | None = None          # the width a terminal wrapped the file at (log_wrap.py)
+    first = True
     for buf, end in iter_blocks(src, ctx):
+        if first:
+            first = False
+            width = wrap_width(memoryview(buf)[:min(end, SAMPLE_BYTES)])
+            # A wrapped file is read line by line (a terminal's copy is small): its pieces are
+            # joined before any reading, which the bulk prefilter's line picking cannot do.
+            bulk = bulk and width is None
+            if bulk:                  # imported here: a small file's classify does not pay for them
+                from .log_fast_path import read_scan, serving_scan
         pos = 0
+        if width is not None:
+            lineno = yield from _unwrapped(scanner, buf, end, lineno, width)
+            scanner.settle()
+            continue
         while pos < end:
             if bulk and not scanner.busy:
                 scan = serving_scan if scanner.phase is Phase.SERVING else read_scan
@@ -75,3 +88,25 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
             pos, lineno = nl + 1, lineno + 1
         scanner.settle()                  # the buffer is reused for the next block
     yield from scanner.finish()
+
+
+def _unwrapped(scanner: LogScanner, buf: bytearray, end: int, lineno: int,
+               width: int) -> Generator[Evidence, None, int]:
+    """Feed buf[:end] line by line, each line a terminal cut at `width` joined back first (it
+    keeps its first piece's number). Returns the next line number."""
+    pos = 0
+    while pos < end:
+        nl = buf.find(b"\n", pos)
+        raw = buf[pos:nl]
+        text = piece = raw.decode("utf-8", errors="replace").rstrip("\r")
+        pieces = 1
+        while nl + 1 < end:
+            after = buf.find(b"\n", nl + 1)
+            following = buf[nl + 1:after].decode("utf-8", errors="replace").rstrip("\r")
+            if not joins_next(piece, following, width):
+                break
+            text, piece, nl, pieces = text + following, following, after, pieces + 1
+        if not scanner.skippable(raw, lineno):
+            yield from scanner.feed(lineno, text)
+        pos, lineno = nl + 1, lineno + pieces
+    return lineno
