@@ -974,4 +974,4 @@ def test_lines_that_merely_share_the_longest_length_are_not_joined():
     same = "ERROR 10-17 04:12:55 [core.py:710] EngineCore encountered a fatal error in step 12.\n"
     log = (same + "INFO 10-17 04:12:56 [core.py:1] restarting\n") * 3
     assert wrap_width(log.encode()) is None                  # each longest line is followed by a record
-    assert wrap_width(_cut(_SERVING_OOM, 80).encode()) == 80
+    assert wrap_width(_cut(_SERVING_OOM, 80).encode()).width == 80

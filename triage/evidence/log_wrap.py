@@ -7,14 +7,15 @@ Such a file is recognised by its own shape: several lines of exactly the longest
 followed by a line that starts no record of its own (no time, level or process prefix, no frame,
 no exception, no indentation). Only then are those pieces joined (with nothing between them: the
 cut falls anywhere), and only a piece of exactly that width, so a log whose longest line merely
-happens to repeat is read as it is. A piece padded with spaces to the width (some consoles pad
-every line) ends its line.
+happens to repeat is read as it is. Where the console pads every line to the width with spaces,
+a piece ending in spaces ends its line.
 
 The joined line keeps the number of its first piece: evidence cites where the record starts.
 """
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 # How much of a file's start is looked at to recognise the shape.
 SAMPLE_BYTES = 256 * 1024
@@ -23,6 +24,8 @@ MIN_WIDTH = 60
 # At least this many cut pieces, and this share of the longest lines followed by a continuation.
 MIN_PIECES = 2
 MIN_CONTINUED_SHARE = 0.6
+# A console that pads: at least this share of the non-empty lines is exactly the width.
+PADDED_SHARE = 0.5
 
 # The start of a record: a time (ISO, syslog or glog), a level word, a bracketed or parenthesised
 # prefix, a traceback's frame, caret or header, an exception, or indentation (a frame's code).
@@ -40,19 +43,31 @@ def starts_record(line: str) -> bool:
     return not line or _RECORD_START.match(line) is not None
 
 
-def _pieces(lines: list[str], width: int) -> tuple[int, int]:
-    """(lines of exactly `width` that do not end in padding, how many of them a continuation follows)."""
+def _pieces(lines: list[str], width: int, padded: bool) -> tuple[int, int]:
+    """(lines of exactly `width`, padding aside, and how many of them a continuation follows)."""
     cut = continued = 0
     for i, line in enumerate(lines[:-1]):
-        if len(line) == width and not line[-1].isspace():
+        if len(line) == width and not (padded and line[-1].isspace()):
             cut += 1
             if not starts_record(lines[i + 1]):
                 continued += 1
     return cut, continued
 
 
-def wrap_width(head: bytes | bytearray) -> int | None:
-    """The width the file was wrapped at, judged from its first SAMPLE_BYTES; None if it was not."""
+def is_padded(lines: list[str], width: int) -> bool:
+    """A console that pads every line to its width: most lines are exactly that long. Only there
+    does a piece ending in spaces end its line (elsewhere a cut may fall just after a space)."""
+    full = sum(1 for line in lines if len(line) == width)
+    return full >= PADDED_SHARE * sum(1 for line in lines if line)
+
+
+class Wrap(NamedTuple):
+    width: int            # the window's width: every longer line was cut into pieces this long
+    padded: bool          # the console padded every line to the width with spaces
+
+
+def wrap_width(head: bytes | bytearray) -> Wrap | None:
+    """How the file was wrapped, judged from its first SAMPLE_BYTES; None if it was not."""
     sample = bytes(head[:SAMPLE_BYTES])
     end = sample.rfind(b"\n")
     if end < 0:
@@ -64,12 +79,14 @@ def wrap_width(head: bytes | bytearray) -> int | None:
     width = max(len(line) for line in lines)
     if width < MIN_WIDTH:
         return None
-    cut, continued = _pieces(lines, width)
+    padded = is_padded(lines, width)
+    cut, continued = _pieces(lines, width, padded)
     if cut >= MIN_PIECES and continued >= MIN_PIECES and continued >= MIN_CONTINUED_SHARE * cut:
-        return width
+        return Wrap(width, padded)
     return None
 
 
-def joins_next(piece: str, following: str, width: int) -> bool:
+def joins_next(piece: str, following: str, wrap: Wrap) -> bool:
     """`following` is the rest of `piece`, cut at the file's width."""
-    return len(piece) == width and not piece[-1].isspace() and not starts_record(following)
+    return (len(piece) == wrap.width and not (wrap.padded and piece[-1].isspace())
+            and not starts_record(following))

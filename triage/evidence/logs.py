@@ -21,7 +21,7 @@ from .log_blocks import BLOCK, iter_blocks
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CHUNK, MIN_CHUNK, REQUEST_REJECTED, SERVING_REQUEST,
                            is_request_log, short_path)
 from .log_scanner import MAX_FRAMES, MAX_PIDS, LogScanner
-from .log_wrap import SAMPLE_BYTES, joins_next, wrap_width
+from .log_wrap import SAMPLE_BYTES, Wrap, joins_next, wrap_width
 
 NAME = "log"
 # A file smaller than this is read line by line: building the prefilter's matcher costs more than
@@ -55,20 +55,20 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     size = None if src.compressed else src.size()
     bulk = size is None or size >= PREFILTER_MIN_BYTES
     lineno = 1
-    width: int | None = None          # the width a terminal wrapped the file at (log_wrap.py)
+    wrap: Wrap | None = None          # how a terminal wrapped the file (log_wrap.py)
     first = True
     for buf, end in iter_blocks(src, ctx):
         if first:
             first = False
-            width = wrap_width(memoryview(buf)[:min(end, SAMPLE_BYTES)])
+            wrap = wrap_width(memoryview(buf)[:min(end, SAMPLE_BYTES)])
             # A wrapped file is read line by line (a terminal's copy is small): its pieces are
             # joined before any reading, which the bulk prefilter's line picking cannot do.
-            bulk = bulk and width is None
+            bulk = bulk and wrap is None
             if bulk:                  # imported here: a small file's classify does not pay for them
                 from .log_fast_path import read_scan, serving_scan
         pos = 0
-        if width is not None:
-            lineno = yield from _unwrapped(scanner, buf, end, lineno, width)
+        if wrap is not None:
+            lineno = yield from _unwrapped(scanner, buf, end, lineno, wrap)
             scanner.settle()
             continue
         while pos < end:
@@ -91,8 +91,8 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
 
 
 def _unwrapped(scanner: LogScanner, buf: bytearray, end: int, lineno: int,
-               width: int) -> Generator[Evidence, None, int]:
-    """Feed buf[:end] line by line, each line a terminal cut at `width` joined back first (it
+               wrap: Wrap) -> Generator[Evidence, None, int]:
+    """Feed buf[:end] line by line, each line a terminal cut at the wrap's width joined back first (it
     keeps its first piece's number). Returns the next line number."""
     pos = 0
     while pos < end:
@@ -103,7 +103,7 @@ def _unwrapped(scanner: LogScanner, buf: bytearray, end: int, lineno: int,
         while nl + 1 < end:
             after = buf.find(b"\n", nl + 1)
             following = buf[nl + 1:after].decode("utf-8", errors="replace").rstrip("\r")
-            if not joins_next(piece, following, width):
+            if not joins_next(piece, following, wrap):
                 break
             text, piece, nl, pieces = text + following, following, after, pieces + 1
         if not scanner.skippable(raw, lineno):
