@@ -975,3 +975,39 @@ def test_lines_that_merely_share_the_longest_length_are_not_joined():
     log = (same + "INFO 10-17 04:12:56 [core.py:1] restarting\n") * 3
     assert wrap_width(log.encode()) is None                  # each longest line is followed by a record
     assert wrap_width(_cut(_SERVING_OOM, 80).encode()).width == 80
+
+
+def test_a_log_whose_first_line_opens_with_a_bracketed_number_is_a_log(tmp_path):
+    # "[1784273406.684686]" parses as a JSON array; the bracket after it is a host tag, no document.
+    line = ("[1784273406.684686] [host-1:994396:0]      ib_mlx5_dv.c:452  UCX  ERROR   "
+            "mlx5dv_devx_obj_create(CQ) failed on mlx5_1, syndrome 0x2aac7c: Remote I/O error\n")
+    (tmp_path / "server.log").write_text(line * 3)
+    verdict, ev = classify_paths([str(tmp_path)])
+    # read as a log, not refused as JSON of no known kind
+    assert [(s.kind, s.error) for s in ev.sources] == [("log", None)]
+
+
+_TOOL_PARSER_FAILURE = (
+    '(APIServer pid=85343) INFO:     127.0.0.1:50001 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    "(APIServer pid=85343) ERROR 10-09 09:39:54 [hermes_tool_parser.py:157] Error in extracting tool call from response.\n"
+    "(APIServer pid=85343) ERROR 10-09 09:39:54 [hermes_tool_parser.py:157] Traceback (most recent call last):\n"
+    '(APIServer pid=85343) ERROR 10-09 09:39:54 [hermes_tool_parser.py:157]   File "/usr/lib/python3.10/site-packages/'
+    'vllm/entrypoints/openai/tool_parsers/hermes_tool_parser.py", line 135, in extract_tool_calls\n'
+    "(APIServer pid=85343) ERROR 10-09 09:39:54 [hermes_tool_parser.py:157]     json.loads(match[0] if match[0] else match[1])\n")
+
+
+def test_a_failure_in_code_that_runs_on_the_host_only_leans_away_from_a_gpu_oom(tmp_path):
+    v = _classify(tmp_path, _TOOL_PARSER_FAILURE)
+    assert v.oom_class.value == "not_gpu_oom" and v.confidence == pytest.approx(0.6)
+    assert "host CPU" in v.summary
+
+
+def test_a_device_frame_below_host_code_is_no_host_failure(tmp_path):
+    # The same parser's frame above a model layer's: the stack ends in device work.
+    deeper = _TOOL_PARSER_FAILURE + (
+        '(APIServer pid=85343) ERROR 10-09 09:39:54 [hermes_tool_parser.py:157]   File "/usr/lib/python3.10/'
+        'site-packages/vllm/model_executor/layers/linear.py", line 510, in forward\n')
+    assert _classify(tmp_path, deeper).oom_class.value != "not_gpu_oom"
+    # and a request handler's error, which may relay the engine's failure, is not read as host code
+    relayed = ("ERROR 05-01 01:51:54 [serving_chat.py:898] Error in chat_completion_stream_generator.\n")
+    assert _classify(tmp_path, relayed).oom_class.value == "unknown"

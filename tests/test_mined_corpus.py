@@ -62,8 +62,9 @@ KNOWN_HELD_OUT_MISROUTES = {"prefix_cache-t-001", "not_gpu_oom-v-027", "startup-
 # (a pinned host buffer WSL refused, told only by a 2023 llama.cpp's "CUDA error 2 at ggml-cuda.cu";
 # Metal over its recommended working set, then a failed command buffer and a bare assertion;
 # SGLang's rank-to-rank free-memory balance check, which both labels call a look-alike while the
-# corpus labels every other engine's refusal to start for too little free memory start-up).
-KNOWN_TRAIN_MISROUTES = {"not_gpu_oom-ab-218", "startup-ab-247", "not_gpu_oom-ac-086"}
+# corpus labels every other engine's refusal to start for too little free memory start-up; a ROCm
+# weight buffer refused with the runner's own estimate showing the model fits three times over).
+KNOWN_TRAIN_MISROUTES = {"not_gpu_oom-ab-218", "startup-ab-247", "not_gpu_oom-ac-086", "not_gpu_oom-ad-205"}
 
 
 @pytest.mark.parametrize("split", SPLITS)

@@ -331,18 +331,31 @@ def json_head(head: bytes) -> str | None:
     return _json_head(head)
 
 
+# Documents read one after another before a head counts as JSON (JSON Lines, concatenated JSON): a
+# log line can begin with a bracketed value that parses ("[1784273406.684686] [host:pid] UCX ..."),
+# the next bracket is no document.
+_JSON_DOCUMENTS_CHECKED = 3
+
+
 def _json(head: bytes) -> str | None:
     text = head.decode("utf-8-sig", errors="replace").lstrip()
     if text[:1] not in ("{", "["):
         return None
-    try:
-        _, end = safejson.raw_decode(text)
-    except json.JSONDecodeError as exc:
-        return text[0] if exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string") else None
-    except ValueError:
-        return text[0]     # nested too deep or a 4,300-digit number: JSON, refused by read_json with why
-    rest = text[end:].lstrip()
-    return text[0] if not rest or rest[:1] in ("{", "[") else None
+    rest = text
+    for _ in range(_JSON_DOCUMENTS_CHECKED):
+        try:
+            _, end = safejson.raw_decode(rest)
+        except json.JSONDecodeError as exc:
+            cut = exc.pos >= len(rest.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
+            return text[0] if cut else None
+        except ValueError:
+            return text[0]     # nested too deep or a 4,300-digit number: JSON, refused by read_json with why
+        rest = rest[end:].lstrip()
+        if not rest:
+            return text[0]
+        if rest[:1] not in ("{", "["):
+            return None
+    return text[0]
 
 
 _looks_binary = _Last(_binary)

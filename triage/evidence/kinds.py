@@ -60,6 +60,7 @@ class Kind(str, Enum):
     SOFTWARE_FAULT = "software_fault"          # a panic, a hung process a watchdog or health check gave up on
     ERROR_NOT_MEMORY = "error_not_memory"      # an error stated in full whose words name no memory, capacity or limit
     FAILURE_SILENT_ON_MEMORY = "failure_silent_on_memory"  # derived: a failure no failure line of which speaks of memory
+    FAILURE_IN_HOST_CODE = "failure_in_host_code"  # derived: failures raised or logged by host-only code
     TERMINATED = "terminated"                  # a process ended by SIGTERM: stopped from outside, not for memory
     CONTEXT_FULL = "context_full"              # llama.cpp's context has no free KV cell for a batch even at size 1
     RUNNER_STOPPED = "runner_stopped"          # a supervisor stopped its own runner on purpose (unload, idle expiry)

@@ -282,7 +282,10 @@ class LogScanner:
                 and "Traceback (most recent call last)" not in msg and not any(c in msg for c in CHAINED):
             # The server logged it as an error and no entry says what it is: a failure all the same,
             # so an excerpt holding one is never read as healthy (what failed is then unknown).
-            yield from self._emit(lineno, log, Kind.EXCEPTION, stripped, {"type": None, "message": stripped[:300]})
+            fields = {"type": None, "message": stripped[:300]}
+            if log.file:
+                fields["logger_file"] = log.file    # the module that logged it (what it was doing)
+            yield from self._emit(lineno, log, Kind.EXCEPTION, stripped, fields)
 
     def finish(self) -> Iterator[Evidence]:
         self.settle()

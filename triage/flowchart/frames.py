@@ -35,6 +35,10 @@ class FrameVocabulary(NamedTuple):
     runtime_file_functions: tuple[tuple[str, frozenset[str]], ...] = ()   # (file ending, its request-only functions)
     memory_checks: frozenset[str] = frozenset()    # start-up checks that fail only for too little memory
     startup_leaning: frozenset[str] = frozenset()  # run at start-up and only now and then while serving
+    host_paths: tuple[str, ...] = ()       # parts of the paths of code that runs on the host CPU only
+    host_functions: tuple[str, ...] = ()   # parts of the names of functions that only tokenize or parse
+    host_loggers: tuple[str, ...] = ()     # endings of the modules that log from host-only code
+    device_paths: tuple[str, ...] = ()     # parts of the paths of device work (model, attention, worker)
 
     def handles_request(self, frame: Frame) -> bool:
         return _path(frame).endswith(self.request_paths)
@@ -55,6 +59,16 @@ class FrameVocabulary(NamedTuple):
             return True
         return func == "__init__" and (any(d in path for d in self.constructors_under)
                                        or path.endswith(self.constructor_files))
+
+    def is_host(self, frame: Frame) -> bool:
+        """A frame of code that runs on the host CPU only (API front end, parsers, grammars, tokenizers)."""
+        path, func = _path(frame), str(frame[2]).lower()
+        return any(part in path for part in self.host_paths) or any(part in func for part in self.host_functions)
+
+    def is_device(self, frame: Frame) -> bool:
+        """A frame of device work, or of the engine that relays it (model, attention, worker, engine loop)."""
+        path = _path(frame)
+        return any(part in path for part in self.device_paths)
 
     def in_group(self, frame: Frame, group: str) -> bool:
         return frame[2] in self.groups[group]
@@ -107,7 +121,11 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             request_paths=tuple(run.get("request_paths") or ()),
             file_functions=_file_functions(start), runtime_file_functions=_file_functions(run),
             memory_checks=frozenset((doc.get("memory_checks") or {}).get("functions") or ()),
-            startup_leaning=frozenset((doc.get("startup_leaning") or {}).get("functions") or ()))
+            startup_leaning=frozenset((doc.get("startup_leaning") or {}).get("functions") or ()),
+            host_paths=tuple((doc.get("host_code") or {}).get("path_parts") or ()),
+            host_loggers=tuple((doc.get("host_code") or {}).get("logger_suffixes") or ()),
+            host_functions=tuple(s.lower() for s in (doc.get("host_code") or {}).get("function_substrings") or ()),
+            device_paths=tuple((doc.get("host_code") or {}).get("device_path_parts") or ()))
     except (KeyError, TypeError, AttributeError) as exc:
         raise FrameDataError(f"{name}: missing or malformed {exc}") from None
     seen: dict[str, str] = {}

@@ -18,6 +18,7 @@ from ..lazyre import lazy
 from ..model import Evidence
 from ..thresholds import ROOT_CAUSE_WINDOW_S, SAME_FAILURE_LINES
 from .context import Context
+from .host_code import failure_in_host_code
 from .silent_on_memory import failure_silent_on_memory
 
 QUESTION = "Is this a GPU out-of-memory failure?"
@@ -26,7 +27,8 @@ QUESTION = "Is this a GPU out-of-memory failure?"
 # consequences or only informational is data (triage/data/xids.yaml).
 _CONSEQUENCES = {Kind.NCCL_ERROR.value, Kind.CHILD_KILLED.value, Kind.WORKER_VANISHED.value, Kind.CUDA_ERROR.value,
                  Kind.PROCESS_CRASH.value, Kind.SETUP_ERROR.value, Kind.SOFTWARE_FAULT.value,
-                 Kind.ERROR_NOT_MEMORY.value, Kind.FAILURE_SILENT_ON_MEMORY.value, Kind.TERMINATED.value}
+                 Kind.ERROR_NOT_MEMORY.value, Kind.FAILURE_SILENT_ON_MEMORY.value, Kind.TERMINATED.value,
+                 Kind.FAILURE_IN_HOST_CODE.value}
 
 
 class GpuAnswer(NamedTuple):
@@ -78,6 +80,12 @@ def assess(ctx: Context) -> GpuAnswer:
             return GpuAnswer("yes", f"the engine failed ({first.where}) right after logging a KV cache too small for "
                                     f"max_model_len ({derived.where}): vLLM's KV-cache check fails exactly there",
                              [derived, first])
+        host = failure_in_host_code(ctx)
+        if host is not None:
+            ctx.not_gpu.append(host)       # the look-alike class names the failure from ctx.not_gpu
+            return GpuAnswer("no", f"the failure at {first.where} and every other failure were raised or logged by "
+                                   "code that runs on the host CPU only (tokenizing, parsers, grammars), "
+                                   "which allocates no GPU memory", [host, *ctx.other_failures[1:3]])
         silent = failure_silent_on_memory(ctx)
         if silent is not None:
             ctx.not_gpu.append(silent)     # the look-alike class names the failure from ctx.not_gpu
@@ -228,6 +236,7 @@ _LABELS = {
     "host_memory_growth": "host process memory (RSS) growth",
     "error_not_memory": "an error whose own words name a cause other than memory",
     "failure_silent_on_memory": "a failure none of whose lines speaks of memory",
+    "failure_in_host_code": "a failure in code that runs on the host CPU only",
     "host_memory_exhausted": "a host (CPU) memory allocation failed",
     "process_crash": "the process crashed (segfault / stack overflow)",
     "terminated": "a process was stopped by SIGTERM (from outside: an operator, an orchestrator, a parent shutting down)",

@@ -39,10 +39,10 @@ _POINTS_ELSEWHERE = lazy(r"(?i:see (?:the )?(?:root cause|above|stack|logs?|erro
 _ABOUT_A_REQUEST = lazy(r"(?i:request|prompt|input|template|messages?\b|tokens?\b|part type)")
 
 # Failure records read for those words (the failure itself, and what the engine raised or printed).
-_FAILURE_KINDS = (Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED,
+FAILURE_KINDS = (Kind.ENGINE_START_FAILED, Kind.ENGINE_DEAD, Kind.REQUEST_FAILED, Kind.PROCESS_DIED,
                   Kind.EXCEPTION, Kind.TRACEBACK, Kind.STEP_FAILED)
 # Records that speak of memory pressure by what they are, whatever their words.
-_PRESSURE_KINDS = (Kind.PREEMPTION, Kind.MEMORY_STATS, Kind.SLEEP_MEMORY, Kind.HOST_MEMORY_GROWTH)
+PRESSURE_KINDS = (Kind.PREEMPTION, Kind.MEMORY_STATS, Kind.SLEEP_MEMORY, Kind.HOST_MEMORY_GROWTH)
 # A GPU reading this full is memory pressure beside the failure.
 _FULL_SHARE = 0.9
 
@@ -50,16 +50,16 @@ _FULL_SHARE = 0.9
 def failure_silent_on_memory(ctx: Context) -> Evidence | None:
     """The derived record of a failure whose evidence holds no memory words, or None."""
     failures = ctx.other_failures
-    if not failures or ctx.gpu_oom or ctx.not_gpu or ctx.ev.of(*_PRESSURE_KINDS):
+    if not failures or ctx.gpu_oom or ctx.not_gpu or ctx.ev.of(*PRESSURE_KINDS):
         return None
     tracebacks = ctx.ev.of(Kind.TRACEBACK)
     if any(_cut_short(tb) or tb.fields.get("rejected_request") for tb in tracebacks):
         return None
     if not any(_states_a_cause(e) for e in failures):
         return None
-    if any(_speaks_of_memory(e) for e in ctx.ev.of(*_FAILURE_KINDS)):
+    if any(speaks_of_memory(e) for e in ctx.ev.of(*FAILURE_KINDS)):
         return None
-    if _gpu_full(ctx):
+    if gpu_full(ctx):
         return None
     first = failures[0]
     return Evidence(first.source, first.line, Kind.FAILURE_SILENT_ON_MEMORY.value, first.text, first.time,
@@ -79,14 +79,22 @@ def _states_a_cause(rec: Evidence) -> bool:
     return bool(_STATED.search(text)) and not _POINTS_ELSEWHERE.search(text) and not _ABOUT_A_REQUEST.search(text)
 
 
-def _speaks_of_memory(rec: Evidence) -> bool:
+def points_elsewhere(rec: Evidence) -> bool:
+    """A failure whose words point at an earlier one (see above, engine dead, failed to start)."""
+    texts = [str(rec.fields.get("message") or "")]
+    if rec.kind != Kind.TRACEBACK.value:       # a traceback's own text is its summary, not its words
+        texts.append(rec.text or "")
+    return any(_POINTS_ELSEWHERE.search(t) for t in texts if t)
+
+
+def speaks_of_memory(rec: Evidence) -> bool:
     fields = rec.fields
     texts = [rec.text or "", str(fields.get("message") or ""), str(fields.get("exception") or "")]
     texts += [f"{f[0]} {f[2]}" for f in fields.get("frames") or () if len(f) > 2]
     return any(_SHORTAGE_WORDS.search(t) for t in texts if t)
 
 
-def _gpu_full(ctx: Context) -> bool:
+def gpu_full(ctx: Context) -> bool:
     if not ctx.ev.of(Kind.GPU_MEMORY):
         return False
     from .causes import actual_usage    # read only when a GPU reading is in the evidence

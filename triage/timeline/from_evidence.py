@@ -49,6 +49,7 @@ _DIRECT: dict[str, tuple[str, str]] = {
     Kind.ERROR_NOT_MEMORY.value: ("software_fault", "failure"),
     Kind.CONTEXT_FULL.value: ("software_fault", "failure"),
     Kind.FAILURE_SILENT_ON_MEMORY.value: ("software_fault", "failure"),
+    Kind.FAILURE_IN_HOST_CODE.value: ("software_fault", "failure"),
     Kind.EXCEPTION.value: ("exception", "signal"),
     Kind.PREEMPTION.value: ("preemption", "signal"),
     Kind.ENGINE_VERSION.value: ("server_start", "lifecycle"),
