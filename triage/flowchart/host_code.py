@@ -13,26 +13,22 @@ from __future__ import annotations
 from ..evidence.kinds import Kind
 from ..model import Evidence
 from .context import Context
-from .silent_on_memory import FAILURE_KINDS, PRESSURE_KINDS, gpu_full, points_elsewhere, speaks_of_memory
+from .silent_on_memory import derived, open_failures, points_elsewhere, quiet_about_memory
 
 
 def failure_in_host_code(ctx: Context) -> Evidence | None:
     """The derived record of failures that all happened in host-only code, or None."""
-    failures = ctx.other_failures
-    if not failures or ctx.gpu_oom or ctx.not_gpu or ctx.ev.of(*PRESSURE_KINDS):
+    failures = open_failures(ctx)
+    if not failures:
         return None
     from .frames import frames    # the frame vocabulary is read only when a stack must decide
 
     vocab = frames()
-    if not all(_in_host_code(rec, vocab) for rec in failures):
+    if not all(_in_host_code(rec, vocab) for rec in failures) or any(points_elsewhere(rec) for rec in failures):
         return None
-    if any(points_elsewhere(rec) for rec in failures) or any(speaks_of_memory(rec) for rec in ctx.ev.of(*FAILURE_KINDS)):
+    if not quiet_about_memory(ctx):
         return None
-    if gpu_full(ctx):
-        return None
-    first = failures[0]
-    return Evidence(first.source, first.line, Kind.FAILURE_IN_HOST_CODE.value, first.text, first.time,
-                    {"derived": "failure in host-only code", "failures": len(failures)}, first.seq)
+    return derived(failures, Kind.FAILURE_IN_HOST_CODE, "failure in host-only code")
 
 
 def _in_host_code(rec: Evidence, vocab) -> bool:

@@ -47,23 +47,37 @@ PRESSURE_KINDS = (Kind.PREEMPTION, Kind.MEMORY_STATS, Kind.SLEEP_MEMORY, Kind.HO
 _FULL_SHARE = 0.9
 
 
+def open_failures(ctx: Context) -> list[Evidence]:
+    """The failures no reading named, when nothing else (a GPU OOM, a look-alike, memory pressure)
+    is in the evidence: what a lean may read. Empty otherwise."""
+    if ctx.gpu_oom or ctx.not_gpu or ctx.ev.of(*PRESSURE_KINDS):
+        return []
+    return ctx.other_failures
+
+
+def quiet_about_memory(ctx: Context) -> bool:
+    """No failure record speaks of memory and no GPU reading shows the card full."""
+    return not any(speaks_of_memory(e) for e in ctx.ev.of(*FAILURE_KINDS)) and not gpu_full(ctx)
+
+
+def derived(failures: list[Evidence], kind: Kind, why: str) -> Evidence:
+    """A lean's record, placed at the first failure it reads."""
+    first = failures[0]
+    return Evidence(first.source, first.line, kind.value, first.text, first.time,
+                    {"derived": why, "failures": len(failures)}, first.seq)
+
+
 def failure_silent_on_memory(ctx: Context) -> Evidence | None:
     """The derived record of a failure whose evidence holds no memory words, or None."""
-    failures = ctx.other_failures
-    if not failures or ctx.gpu_oom or ctx.not_gpu or ctx.ev.of(*PRESSURE_KINDS):
+    failures = open_failures(ctx)
+    if not failures:
         return None
     tracebacks = ctx.ev.of(Kind.TRACEBACK)
     if any(_cut_short(tb) or tb.fields.get("rejected_request") for tb in tracebacks):
         return None
-    if not any(_states_a_cause(e) for e in failures):
+    if not any(_states_a_cause(e) for e in failures) or not quiet_about_memory(ctx):
         return None
-    if any(speaks_of_memory(e) for e in ctx.ev.of(*FAILURE_KINDS)):
-        return None
-    if gpu_full(ctx):
-        return None
-    first = failures[0]
-    return Evidence(first.source, first.line, Kind.FAILURE_SILENT_ON_MEMORY.value, first.text, first.time,
-                    {"derived": "no memory words in any failure line", "failures": len(failures)}, first.seq)
+    return derived(failures, Kind.FAILURE_SILENT_ON_MEMORY, "no memory words in any failure line")
 
 
 def _cut_short(tb: Evidence) -> bool:
