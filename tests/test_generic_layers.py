@@ -1011,3 +1011,12 @@ def test_a_device_frame_below_host_code_is_no_host_failure(tmp_path):
     # and a request handler's error, which may relay the engine's failure, is not read as host code
     relayed = ("ERROR 05-01 01:51:54 [serving_chat.py:898] Error in chat_completion_stream_generator.\n")
     assert _classify(tmp_path, relayed).oom_class.value == "unknown"
+
+
+def test_an_error_answer_saying_the_runner_failed_to_start_is_a_start_up_oom(tmp_path):
+    # The client's copy of the answer: the request only asked for a model the runner could not load.
+    answer = ('Error: 500 {"error":"llama runner process has terminated: cudaMalloc failed: out of memory\\n'
+              'ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 9646586240"}\n')
+    assert _classify(tmp_path, answer).oom_class.value == "startup"
+    served = 'Error: 500 {"error":"CUDA out of memory. Tried to allocate 2.00 GiB"}\n'
+    assert _classify(tmp_path, served).oom_class.value == "burst"

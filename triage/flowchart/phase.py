@@ -160,7 +160,8 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
         if not (only_command and loop_died):
             return PhaseAnswer("startup", "only start-up lines precede the failure (the server never served)",
                                conf.FAIRLY_HIGH, marks[-1:])
-    if ctx.engine not in _LOAD_ON_REQUEST and _ERROR_BODY.search(anchor.text or ""):
+    if ctx.engine not in _LOAD_ON_REQUEST and _ERROR_BODY.search(anchor.text or "") \
+            and not _start_failure_on_its_line(ctx, anchor):
         return PhaseAnswer("runtime", f"the out-of-memory is the body of an API error answer ({anchor.where}): a "
                                       "request was being served when it happened", conf.FAIRLY_HIGH, [anchor],
                            _uptime(anchor), request_work=True)
@@ -208,6 +209,13 @@ def assess(ctx: Context, anchor: Evidence) -> PhaseAnswer:
 # client as an object literal whose message line starts `msg: '...` / `message: "...`.
 _ERROR_BODY = lazy(r"""\{\s*\\?["'](?:object\\?["']\s*:\s*\\?["']error\\?["']|error\\?["']\s*:\s*[{"'\\])"""
                    r"""|^\s{0,12}(?:msg|message|detail|error)\s?:\s?['"]""")
+
+
+def _start_failure_on_its_line(ctx: Context, anchor: Evidence) -> bool:
+    """The error answer carrying the OOM also says the engine or its runner failed to start (Ollama
+    answers a request whose model load failed with "llama runner process has terminated: ..."):
+    the request only asked for a model that could not be brought up."""
+    return any(rec.source == anchor.source and rec.line == anchor.line for rec in ctx.ev.of(Kind.ENGINE_START_FAILED))
 
 
 def _cut_stack_call(tbs: Sequence[Evidence], vocab) -> tuple[Evidence, str] | None:
