@@ -14,8 +14,9 @@ The joined line keeps the number of its first piece: evidence cites where the re
 """
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
+
+from ..lazyre import lazy
 
 # How much of a file's start is looked at to recognise the shape.
 SAMPLE_BYTES = 256 * 1024
@@ -29,7 +30,7 @@ PADDED_SHARE = 0.5
 
 # The start of a record: a time (ISO, syslog or glog), a level word, a bracketed or parenthesised
 # prefix, a traceback's frame, caret or header, an exception, or indentation (a frame's code).
-_RECORD_START = re.compile(
+_RECORD_START = lazy(
     r"\s{2}|\t|\d{4}-\d{2}-\d{2}|\d{2}[-/]\d{2}[ T]|\d{2}:\d{2}:\d{2}|[IWEF]\d{4} "
     r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE|NOTICE)\b|[\[(<{|>#*+=-]"
@@ -79,6 +80,8 @@ def wrap_width(head: bytes | bytearray) -> Wrap | None:
     width = max(len(line) for line in lines)
     if width < MIN_WIDTH:
         return None
+    if sum(1 for line in lines if len(line) == width) < MIN_PIECES:
+        return None               # the usual log: one longest line (no regex compiled for it)
     padded = is_padded(lines, width)
     cut, continued = _pieces(lines, width, padded)
     if cut >= MIN_PIECES and continued >= MIN_PIECES and continued >= MIN_CONTINUED_SHARE * cut:

@@ -18,7 +18,6 @@ from ..lazyre import lazy
 from ..model import Evidence
 from ..thresholds import ROOT_CAUSE_WINDOW_S, SAME_FAILURE_LINES
 from .context import Context
-from .host_code import failure_in_host_code
 from .silent_on_memory import failure_silent_on_memory
 
 QUESTION = "Is this a GPU out-of-memory failure?"
@@ -80,6 +79,8 @@ def assess(ctx: Context) -> GpuAnswer:
             return GpuAnswer("yes", f"the engine failed ({first.where}) right after logging a KV cache too small for "
                                     f"max_model_len ({derived.where}): vLLM's KV-cache check fails exactly there",
                              [derived, first])
+        from .host_code import failure_in_host_code    # read only when a failure is still unnamed
+
         host = failure_in_host_code(ctx)
         if host is not None:
             ctx.not_gpu.append(host)       # the look-alike class names the failure from ctx.not_gpu
