@@ -1020,3 +1020,12 @@ def test_an_error_answer_saying_the_runner_failed_to_start_is_a_start_up_oom(tmp
     assert _classify(tmp_path, answer).oom_class.value == "startup"
     served = 'Error: 500 {"error":"CUDA out of memory. Tried to allocate 2.00 GiB"}\n'
     assert _classify(tmp_path, served).oom_class.value == "burst"
+
+
+def test_a_logfmt_error_value_that_speaks_of_no_memory_leans_away_from_a_gpu_oom(tmp_path):
+    line = ('time=2025-01-01T00:00:00.000Z level=ERROR source=server.go:812 msg="post predict" '
+            'error="invalid character \'<\' looking for beginning of value"\n')
+    v = _classify(tmp_path, line)
+    assert v.oom_class.value == "not_gpu_oom" and v.confidence == pytest.approx(0.55)
+    memory = line.replace("invalid character '<' looking for beginning of value", "cudaMalloc failed: out of memory")
+    assert _classify(tmp_path, memory).oom_class.value != "not_gpu_oom"

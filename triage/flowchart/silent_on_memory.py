@@ -30,7 +30,9 @@ _SHORTAGE_WORDS = lazy(
 # an `error:` with what it was. A failure line without one (a wrapper, a bare abort) does not say
 # what failed, so silence about memory there is no evidence.
 _STATED = lazy(r"(?:\b[A-Z][\w.]{0,100}?(?:Error|Exception)|Assertion failed|Assertion `|GGML_ASSERT|what\(\)|\bpanic"
-               r"|\b[Ee]rror)\s*[:(]\s*\S[^\n]{11}")
+               r"|\b[Ee]rror)\s*[:(]\s*\S[^\n]{11}"
+               # a logfmt record's error value (Go servers: Ollama, LocalAI)
+               r'|\berr(?:or)?="[^"\n]{12}')
 # Wrappers that point at an earlier failure, whatever their exception type: the cause is elsewhere.
 _POINTS_ELSEWHERE = lazy(r"(?i:see (?:the )?(?:root cause|above|stack|logs?|error)|original (?:error|exception)|\bdead\b"
                          r"|\bdied\b|hit an exception|while processing|failed to start|initiali[sz]ation failed"
