@@ -969,12 +969,12 @@ def test_a_log_a_terminal_wrapped_at_a_fixed_width_reads_as_written(tmp_path, wi
 
 
 def test_lines_that_merely_share_the_longest_length_are_not_joined():
-    from triage.evidence.log_wrap import wrap_width
+    from triage.evidence.log_wrap import detect_wrap
 
     same = "ERROR 10-17 04:12:55 [core.py:710] EngineCore encountered a fatal error in step 12.\n"
     log = (same + "INFO 10-17 04:12:56 [core.py:1] restarting\n") * 3
-    assert wrap_width(log.encode()) is None                  # each longest line is followed by a record
-    assert wrap_width(_cut(_SERVING_OOM, 80).encode()).width == 80
+    assert detect_wrap(log.encode()) is None                  # each longest line is followed by a record
+    assert detect_wrap(_cut(_SERVING_OOM, 80).encode()).width == 80
 
 
 def test_a_log_whose_first_line_opens_with_a_bracketed_number_is_a_log(tmp_path):

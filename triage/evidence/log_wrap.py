@@ -67,7 +67,7 @@ class Wrap(NamedTuple):
     padded: bool          # the console padded every line to the width with spaces
 
 
-def wrap_width(head: bytes | bytearray) -> Wrap | None:
+def detect_wrap(head: bytes | bytearray) -> Wrap | None:
     """How the file was wrapped, judged from its first SAMPLE_BYTES; None if it was not."""
     sample = bytes(head[:SAMPLE_BYTES])
     end = sample.rfind(b"\n")

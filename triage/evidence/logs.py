@@ -21,7 +21,7 @@ from .log_blocks import BLOCK, iter_blocks
 from .log_patterns import (ACCESS_MARK, BENIGN_EXCEPTIONS, CHUNK, MIN_CHUNK, REQUEST_REJECTED, SERVING_REQUEST,
                            is_request_log, short_path)
 from .log_scanner import MAX_FRAMES, MAX_PIDS, LogScanner
-from .log_wrap import SAMPLE_BYTES, Wrap, joins_next, wrap_width
+from .log_wrap import SAMPLE_BYTES, Wrap, detect_wrap, joins_next
 
 NAME = "log"
 # A file smaller than this is read line by line: building the prefilter's matcher costs more than
@@ -60,7 +60,7 @@ def parse(src: InputFile, ctx: ParseContext) -> Iterator[Evidence]:
     for buf, end in iter_blocks(src, ctx):
         if first:
             first = False
-            wrap = wrap_width(memoryview(buf)[:min(end, SAMPLE_BYTES)])
+            wrap = detect_wrap(memoryview(buf)[:min(end, SAMPLE_BYTES)])
             # A wrapped file is read line by line (a terminal's copy is small): its pieces are
             # joined before any reading, which the bulk prefilter's line picking cannot do.
             bulk = bulk and wrap is None
