@@ -1029,3 +1029,9 @@ def test_a_logfmt_error_value_that_speaks_of_no_memory_leans_away_from_a_gpu_oom
     assert v.oom_class.value == "not_gpu_oom" and v.confidence == pytest.approx(0.55)
     memory = line.replace("invalid character '<' looking for beginning of value", "cudaMalloc failed: out of memory")
     assert _classify(tmp_path, memory).oom_class.value != "not_gpu_oom"
+
+
+def test_a_tracebacks_carets_logged_at_error_level_are_no_failure_of_their_own(tmp_path):
+    served = 'INFO:     127.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+    carets = "(EngineCore pid=990) ERROR 07-20 20:33:13 [core.py:1233] ^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    assert _classify(tmp_path, served + carets).oom_class.value == "no_oom"

@@ -279,7 +279,8 @@ class LogScanner:
             yield from self._emit(lineno, log, Kind.EXCEPTION, stripped,
                                   {"type": exc.group("type"), "message": (exc.group("msg") or "")[:300]})
         elif not exc and not emitted and log.level in FAILURE_LEVELS and not REQUEST_REJECTED.search(stripped) \
-                and "Traceback (most recent call last)" not in msg and not any(c in msg for c in CHAINED):
+                and "Traceback (most recent call last)" not in msg and not any(c in msg for c in CHAINED) \
+                and not CARET.match(msg):          # a traceback's carets, its frame lost above the excerpt
             # The server logged it as an error and no entry says what it is: a failure all the same,
             # so an excerpt holding one is never read as healthy (what failed is then unknown).
             fields = {"type": None, "message": stripped[:300]}

@@ -95,7 +95,7 @@ class Context:
         (a deploy, a scale-down, an operator), which is how a healthy server ends."""
         first = self._first_serving.get(rec.source)
         return first is not None and first < rec.seq and not any(
-            e.kind not in (Kind.TERMINATED.value, Kind.EXCEPTION.value) for e in self.ev.of(*NOT_GPU_KINDS, *GPU_OOM_KINDS))
+            e.kind != Kind.TERMINATED.value for e in self.ev.of(*NOT_GPU_KINDS, *GPU_OOM_KINDS))
 
     @cached_property
     def _first_serving(self) -> dict[str, int]:
