@@ -55,13 +55,6 @@ def _pieces(lines: list[str], width: int, padded: bool) -> tuple[int, int]:
     return cut, continued
 
 
-def is_padded(lines: list[str], width: int) -> bool:
-    """A console that pads every line to its width: most lines are exactly that long. Only there
-    does a piece ending in spaces end its line (elsewhere a cut may fall just after a space)."""
-    full = sum(1 for line in lines if len(line) == width)
-    return full >= PADDED_SHARE * sum(1 for line in lines if line)
-
-
 class Wrap(NamedTuple):
     width: int            # the window's width: every longer line was cut into pieces this long
     padded: bool          # the console padded every line to the width with spaces
@@ -80,9 +73,12 @@ def detect_wrap(head: bytes | bytearray) -> Wrap | None:
     width = max(len(line) for line in lines)
     if width < MIN_WIDTH:
         return None
-    if sum(1 for line in lines if len(line) == width) < MIN_PIECES:
+    full = sum(1 for line in lines if len(line) == width)
+    if full < MIN_PIECES:
         return None               # the usual log: one longest line (no regex compiled for it)
-    padded = is_padded(lines, width)
+    # A console that pads every line to its width makes most lines that long. Only there does a
+    # piece ending in spaces end its line (elsewhere a cut may fall just after a space).
+    padded = full >= PADDED_SHARE * sum(1 for line in lines if line)
     cut, continued = _pieces(lines, width, padded)
     if cut >= MIN_PIECES and continued >= MIN_PIECES and continued >= MIN_CONTINUED_SHARE * cut:
         return Wrap(width, padded)

@@ -88,31 +88,24 @@ class Context:
         line, in the same source): it was handled, one request's error and not the incident. Asked
         only of errors that name no failure of their own (a line at ERROR level, an error naming
         another cause)."""
-        return self._last_serving.get(rec.source, -1) > rec.seq
+        span = self._serving_span.get(rec.source)
+        return span is not None and span[1] > rec.seq
 
     def _shutdown_after_serving(self, rec: Evidence) -> bool:
         """A SIGTERM after the server served, with nothing else failing: the server was shut down
         (a deploy, a scale-down, an operator), which is how a healthy server ends."""
-        first = self._first_serving.get(rec.source)
-        return first is not None and first < rec.seq and not any(
+        span = self._serving_span.get(rec.source)
+        return span is not None and span[0] < rec.seq and not any(
             e.kind != Kind.TERMINATED.value for e in self.ev.of(*NOT_GPU_KINDS, *GPU_OOM_KINDS))
 
     @cached_property
-    def _first_serving(self) -> dict[str, int]:
-        """Per source, the order of its first record that shows the server serving."""
-        out: dict[str, int] = {}
+    def _serving_span(self) -> dict[str, tuple[int, int]]:
+        """Per source, the order of its first and of its last record that shows the server serving."""
+        out: dict[str, tuple[int, int]] = {}
         for rec in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
             if shows_serving(rec.kind, rec.fields):
-                out[rec.source] = min(out.get(rec.source, rec.seq), rec.seq)
-        return out
-
-    @cached_property
-    def _last_serving(self) -> dict[str, int]:
-        """Per source, the order of its last record that shows the server serving."""
-        out: dict[str, int] = {}
-        for rec in self.ev.of(Kind.REQUEST_SERVED, Kind.STATS):
-            if shows_serving(rec.kind, rec.fields):
-                out[rec.source] = max(out.get(rec.source, -1), rec.seq)
+                first, last = out.get(rec.source, (rec.seq, rec.seq))
+                out[rec.source] = (min(first, rec.seq), max(last, rec.seq))
         return out
 
     def _engine_teardown(self, rec: Evidence) -> bool:

@@ -111,6 +111,7 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             if not (entry.get("why") and entry.get("source")):
                 raise FrameDataError(f"{name}: startup.groups.{g}: needs a why and a source")
         idle = start["idle_rank"]
+        host = doc.get("host_code") or {}
         vocabulary = FrameVocabulary(
             startup=frozenset().union(*groups.values()), groups=groups,
             startup_substrings=tuple(s.lower() for s in start.get("function_substrings") or ()),
@@ -122,10 +123,9 @@ def parse_vocabulary(doc: Any, name: str = "phase_frames.yaml") -> FrameVocabula
             file_functions=_file_functions(start), runtime_file_functions=_file_functions(run),
             memory_checks=frozenset((doc.get("memory_checks") or {}).get("functions") or ()),
             startup_leaning=frozenset((doc.get("startup_leaning") or {}).get("functions") or ()),
-            host_paths=tuple((doc.get("host_code") or {}).get("path_parts") or ()),
-            host_loggers=tuple((doc.get("host_code") or {}).get("logger_suffixes") or ()),
-            host_functions=tuple(s.lower() for s in (doc.get("host_code") or {}).get("function_substrings") or ()),
-            device_paths=tuple((doc.get("host_code") or {}).get("device_path_parts") or ()))
+            host_paths=tuple(host.get("path_parts") or ()), host_loggers=tuple(host.get("logger_suffixes") or ()),
+            host_functions=tuple(s.lower() for s in host.get("function_substrings") or ()),
+            device_paths=tuple(host.get("device_path_parts") or ()))
     except (KeyError, TypeError, AttributeError) as exc:
         raise FrameDataError(f"{name}: missing or malformed {exc}") from None
     seen: dict[str, str] = {}

@@ -81,17 +81,15 @@ def assess(ctx: Context) -> GpuAnswer:
                              [derived, first])
         from .host_code import failure_in_host_code    # read only when a failure is still unnamed
 
-        host = failure_in_host_code(ctx)
-        if host is not None:
-            ctx.not_gpu.append(host)       # the look-alike class names the failure from ctx.not_gpu
-            return GpuAnswer("no", f"the failure at {first.where} and every other failure were raised or logged by "
-                                   "code that runs on the host CPU only (tokenizing, parsers, grammars), "
-                                   "which allocates no GPU memory", [host, *ctx.other_failures[1:3]])
-        silent = failure_silent_on_memory(ctx)
-        if silent is not None:
-            ctx.not_gpu.append(silent)     # the look-alike class names the failure from ctx.not_gpu
-            return GpuAnswer("no", f"the failure at {first.where} and every other failure line speak of no memory, "
-                                   "allocation, capacity or kill: it leans to another cause", [silent, *ctx.other_failures[1:3]])
+        leans = ((failure_in_host_code, "and every other failure were raised or logged by code that runs on the "
+                                        "host CPU only (tokenizing, parsers, grammars), which allocates no GPU memory"),
+                 (failure_silent_on_memory, "and every other failure line speak of no memory, allocation, capacity "
+                                            "or kill: it leans to another cause"))
+        for lean, why in leans:
+            found = lean(ctx)
+            if found is not None:
+                ctx.not_gpu.append(found)  # the look-alike class names the failure from ctx.not_gpu
+                return GpuAnswer("no", f"the failure at {first.where} {why}", [found, *ctx.other_failures[1:3]])
         return GpuAnswer("unclear", f"a failure at {first.where}, but the evidence does not say what failed",
                          ctx.other_failures[:3])
     return GpuAnswer("no_failure", "no failure of any kind in the evidence")
